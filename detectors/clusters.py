@@ -92,8 +92,9 @@ def inputs(config: Config, window: Window) -> dict[str, Query]:
         "scores": scores(window),
         # The same pass labelled the window's traffic before clustering runs (registry order).
         "labels": Query(
-            "SELECT trace_id, span_id, pattern FROM traffic_pattern_labels WHERE window_start = ? AND window_end = ?",
-            (window.start, window.end),
+            "SELECT trace_id, span_id, pattern FROM request_traffic_patterns_between(?::TIMESTAMP, ?::TIMESTAMP) "
+            "WHERE window_start = ? AND window_end = ?",
+            (window.start, window.end, window.start, window.end),
         ),
         "alerts": Query("SELECT detector, labels FROM alerts WHERE state = 'firing' ORDER BY alert_id"),
     }

@@ -22,7 +22,8 @@ seconds undercount arrivals by the share of requests slower than their distance 
 
 Figures are long: one row per (pattern, score name) with n, latency_p50 / latency_p99 (of e2e_ms) and
 tpot_p99 repeated; a pattern without scores has one row whose score columns are NULL. The labels
-themselves go to traffic_pattern_labels.
+themselves go to traffic_pattern_labels, one row per (deployment, arrival second, replica_count) with
+the window's requests of that key; the request_traffic_patterns view gives them per request.
 
 The burst pattern breaches when a score's mean is more than score_drop below steady's (signal: the
 score name), or when its latency_p99 is at least latency_factor x steady's (signal latency_p99). Both
@@ -38,13 +39,14 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Query, Window
-from detectors.frames import curve, format_duration, requests, scores
+from detectors.frames import REQUEST_KEY, curve, format_duration, requests, scores
 
 KEY = "traffic_pattern"
 LABELS_TABLE = "traffic_pattern_labels"
 PATTERN_ORDER = {"steady": 0, "sustained": 1, "burst": 2}
+# No ids: a day is ten million requests, and the labels are stored per arrival second, not per request.
 REQUEST_COLUMNS = (
-    "trace_id", "span_id", "start_time", "end_time", "deployment", "e2e_ms", "tpot_ms", "queue_depth", "replica_count",
+    REQUEST_KEY, "start_time", "end_time", "deployment", "e2e_ms", "tpot_ms", "queue_depth", "replica_count",
 )  # fmt: skip
 FIGURE_COLUMNS = [
     "window_start",
@@ -58,7 +60,9 @@ FIGURE_COLUMNS = [
     "score_mean",
     "score_n",
 ]
-LABEL_COLUMNS = ["window_start", "window_end", "trace_id", "span_id", "end_time", "pattern", "signal"]
+LABEL_COLUMNS = [
+    "window_start", "window_end", "deployment", "arrival_second", "replica_count", "requests", "pattern", "signal",
+]  # fmt: skip
 _EPOCH = datetime(1970, 1, 1)
 _SECOND = timedelta(seconds=1)
 
@@ -97,19 +101,20 @@ def inputs(config: Config, window: Window) -> dict[str, Query]:
 def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> Detection:
     # Hand-built or empty frames may carry Null dtypes; the tables need the real ones.
     reqs = frames["requests"].with_columns(
-        pl.col("trace_id", "span_id", "deployment").cast(pl.String),
+        pl.col("request_key").cast(pl.UInt64),
+        pl.col("deployment").cast(pl.String),
         pl.col("start_time", "end_time").cast(pl.Datetime("us")),
         pl.col("e2e_ms", "tpot_ms").cast(pl.Float64),
         pl.col("queue_depth", "replica_count").cast(pl.Int64),
     )
     score_frame = frames["scores"].with_columns(
-        pl.col("trace_id", "span_id", "name").cast(pl.String), pl.col("score").cast(pl.Float64)
+        pl.col("request_key").cast(pl.UInt64), pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64)
     )
     bounds = {
         "window_start": pl.lit(window.start, pl.Datetime("us")),
         "window_end": pl.lit(window.end, pl.Datetime("us")),
     }
-    labelled = label(reqs, config, window)
+    labelled, seconds = label(reqs, config, window)
 
     patterns, long = curve(labelled, score_frame, "pattern")
     figures = (
@@ -121,12 +126,16 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
     return Detection(
         figures=figures,
         conditions=conditions,
-        extra_tables={LABELS_TABLE: labelled.with_columns(**bounds).select(LABEL_COLUMNS)},
+        extra_tables={LABELS_TABLE: seconds.with_columns(**bounds).select(LABEL_COLUMNS)},
     )
 
 
-def label(reqs: pl.DataFrame, config: Config, window: Window) -> pl.DataFrame:
-    """The requests that ended in the window, each with its pattern and the signal that decided it."""
+def label(reqs: pl.DataFrame, config: Config, window: Window) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The requests that ended in the window with their pattern, and the labels per arrival second.
+
+    A request's pattern depends only on (deployment, arrival second, replica_count), so the stored labels
+    are one row per such key; `request_traffic_patterns` joins them back to requests in SQL.
+    """
     half = config.neighbourhood_seconds // 2
     width = 2 * half + 1
     arrivals = reqs.with_columns(second=pl.col("start_time").dt.epoch("s"))
@@ -184,19 +193,31 @@ def label(reqs: pl.DataFrame, config: Config, window: Window) -> pl.DataFrame:
         .then(pl.lit("sustained"))
         .otherwise(pl.lit("steady"))
     )
-    # The join runs on the three key columns only, in the requests' own order, and its two results are
-    # attached to the requests as new columns: a day of requests is ten million rows, and joining them
-    # whole copied every column (ids included) twice, the detector pass's memory peak.
+    keys = ["deployment", "second", "replica_count"]
+    in_window = (pl.col("end_time") >= window.start) & (pl.col("end_time") < window.end)
+    # Only the columns the figures need go on: a day of requests is ten million rows.
+    inside = arrivals.filter(in_window).select(*keys, "request_key", "e2e_ms", "tpot_ms")
     decided = (
-        arrivals.select("deployment", "second", "replica_count")
-        .join(neighbourhood, on=["deployment", "second"], how="left", nulls_equal=True, maintain_order="left")
+        inside.group_by(keys)
+        .agg(pl.len().alias("requests"))
+        .join(neighbourhood, on=["deployment", "second"], how="left", nulls_equal=True)
         .select(
+            *keys,
+            "requests",
             pattern.alias("pattern"),
             pl.when(by_depth).then(pl.lit("queue_depth")).otherwise(pl.lit("arrival_rate")).alias("signal"),
         )
     )
-    in_window = (pl.col("end_time") >= window.start) & (pl.col("end_time") < window.end)
-    return reqs.with_columns(decided.to_series(0), decided.to_series(1)).filter(in_window)
+    labelled = inside.join(decided.select(*keys, "pattern"), on=keys, how="left", nulls_equal=True)
+    seconds = decided.sort(keys, nulls_last=True).select(
+        "deployment",
+        pl.from_epoch("second", time_unit="s").cast(pl.Datetime("us")).alias("arrival_second"),
+        "replica_count",
+        pl.col("requests").cast(pl.Int64),
+        "pattern",
+        "signal",
+    )
+    return labelled, seconds
 
 
 def _steady(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -20,8 +21,7 @@ WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 LOOKBACK = timedelta(seconds=30)
 REQUEST_SCHEMA = pl.Schema(
     [
-        ("trace_id", pl.String()),
-        ("span_id", pl.String()),
+        ("request_key", pl.UInt64()),
         ("start_time", pl.Datetime("us")),
         ("end_time", pl.Datetime("us")),
         ("deployment", pl.String()),
@@ -31,7 +31,12 @@ REQUEST_SCHEMA = pl.Schema(
         ("replica_count", pl.Int64()),
     ]
 )
-SCORE_SCHEMA = pl.Schema({"trace_id": pl.String, "span_id": pl.String, "name": pl.String, "score": pl.Float64})
+# Built requests carry a readable trace_id beside the key the query fetches; the detector ignores it.
+BUILT_SCHEMA = pl.Schema({**REQUEST_SCHEMA, "trace_id": pl.String()})
+SCORE_SCHEMA = pl.Schema(
+    {"trace_id": pl.String, "span_id": pl.String, "request_key": pl.UInt64, "name": pl.String, "score": pl.Float64}
+)
+KEYS = itertools.count()
 SPIKE = (100.0, 120.0)  # seconds after the window start
 
 
@@ -55,10 +60,10 @@ def stream(
         arrival = WINDOW.start + timedelta(seconds=t)
         ms = rng.uniform(*e2e)
         rows.append(
-            (f"{prefix}{len(rows)}", "s", arrival, arrival + timedelta(milliseconds=ms), deployment, ms, 20.0,
-             depth(t), replica_count)
+            (next(KEYS), arrival, arrival + timedelta(milliseconds=ms), deployment, ms, 20.0, depth(t), replica_count,
+             f"{prefix}{len(rows)}")
         )  # fmt: skip
-    return pl.DataFrame(rows, schema=REQUEST_SCHEMA, orient="row")
+    return pl.DataFrame(rows, schema=BUILT_SCHEMA, orient="row")
 
 
 def fetched(*streams: pl.DataFrame) -> pl.DataFrame:
@@ -75,6 +80,7 @@ def scores_for(requests: pl.DataFrame, mean: Callable[[str], float], seed: int =
         {
             "trace_id": ids,
             "span_id": ["s"] * len(ids),
+            "request_key": requests["request_key"],
             "name": ["json_adherence"] * len(ids),
             "score": [rng.gauss(mean(i), 0.02) for i in ids],
         },
@@ -88,13 +94,23 @@ def run(requests: pl.DataFrame, scores: pl.DataFrame | None = None, config: Conf
 
 
 def labels(out: Detection) -> pl.DataFrame:
+    """The stored labels: one row per (deployment, arrival second, replica_count)."""
     return out.extra_tables["traffic_pattern_labels"]
+
+
+def request_labels(requests: pl.DataFrame, out: Detection) -> pl.DataFrame:
+    """Each request that ended in the window with its label, joined as request_traffic_patterns joins them."""
+    keys = ["deployment", "arrival_second", "replica_count"]
+    ended = requests.filter(pl.col("end_time").is_between(WINDOW.start, WINDOW.end, closed="left"))
+    offset = (pl.col("start_time") - pl.lit(WINDOW.start)).dt.total_microseconds() / 1e6
+    return ended.select(
+        "trace_id", *keys[::2], pl.col("start_time").dt.truncate("1s").alias("arrival_second"), offset.alias("t")
+    ).join(labels(out).select(*keys, "pattern", "signal"), on=keys, how="left", nulls_equal=True)
 
 
 def arrival_seconds(requests: pl.DataFrame, out: Detection) -> pl.DataFrame:
     """Each label beside its request's arrival, in seconds after the window start."""
-    offset = (pl.col("start_time") - pl.lit(WINDOW.start)).dt.total_microseconds() / 1e6
-    return labels(out).join(requests.select("trace_id", offset.alias("t")), on="trace_id")
+    return request_labels(requests, out)
 
 
 def spiked(seed: int = 1, spike_e2e: tuple[float, float] = (500.0, 3000.0)) -> pl.DataFrame:
@@ -117,7 +133,7 @@ def test_a_steady_stream_is_all_steady_and_silent_up_to_the_window_edges() -> No
     out = run(by_rate)
     assert labels(out)["pattern"].unique().to_list() == ["steady"]
     assert labels(out)["signal"].unique().to_list() == ["arrival_rate"]
-    assert out.figures.select("pattern", "n").rows() == [("steady", labels(out).height)]
+    assert out.figures.select("pattern", "n").rows() == [("steady", labels(out)["requests"].sum())]
 
 
 def test_only_requests_that_ended_in_the_window_are_labelled() -> None:
@@ -125,9 +141,14 @@ def test_only_requests_that_ended_in_the_window_are_labelled() -> None:
     out = run(requests)
     inside = requests.filter(pl.col("end_time") >= WINDOW.start)
     assert 0 < inside.height < requests.height
-    assert sorted(labels(out)["trace_id"].to_list()) == sorted(inside["trace_id"].to_list())
-    assert labels(out).columns == ["window_start", "window_end", "trace_id", "span_id", "end_time", "pattern", "signal"]
+    assert labels(out)["requests"].sum() == inside.height == out.figures["n"].sum()
+    assert request_labels(requests, out)["pattern"].null_count() == 0
+    assert labels(out).columns == [
+        "window_start", "window_end", "deployment", "arrival_second", "replica_count", "requests", "pattern", "signal",
+    ]  # fmt: skip
     assert labels(out)["window_start"].unique().to_list() == [WINDOW.start]
+    # One row per key: a second's arrivals share it.
+    assert labels(out).height == inside["start_time"].dt.truncate("1s").n_unique()
 
 
 def test_inputs_reach_half_a_neighbourhood_before_the_window_for_requests_only() -> None:
@@ -200,14 +221,14 @@ def test_one_deployments_burst_does_not_label_another_deployments_requests() -> 
     a = spiked()
     b = fetched(stream(10, -120, 300, seed=9, prefix="b-", deployment="vllm-b"))
     out = run(pl.concat([a, b]))
-    by_deployment = labels(out).join(pl.concat([a, b]).select("trace_id", "deployment"), on="trace_id")
+    by_deployment = labels(out)
     assert by_deployment.filter(pl.col("deployment") == "vllm-b")["pattern"].unique().to_list() == ["steady"]
     assert "burst" in by_deployment.filter(pl.col("deployment") == "vllm-a")["pattern"].to_list()
 
 
 def test_burst_requests_scoring_lower_than_steady_fire_one_condition() -> None:
     requests = spiked()
-    burst = set(labels(run(requests)).filter(pl.col("pattern") == "burst")["trace_id"].to_list())
+    burst = set(request_labels(requests, run(requests)).filter(pl.col("pattern") == "burst")["trace_id"].to_list())
     scores = scores_for(requests, lambda i: 0.70 if i in burst else 0.85)
     out = run(requests, scores)
     [condition] = out.conditions
@@ -247,7 +268,7 @@ def test_a_healthy_dataset_with_bursts_fires_nothing() -> None:
     assert out.conditions == []
     assert out.figures["pattern"].to_list() == ["steady", "burst"]
     assert out.figures["score_name"].to_list() == ["json_adherence", "json_adherence"]
-    assert out.figures["n"].sum() == labels(out).height
+    assert out.figures["n"].sum() == labels(out)["requests"].sum()
 
 
 def test_three_hundred_thousand_requests_are_labelled_in_well_under_two_seconds() -> None:
@@ -256,8 +277,7 @@ def test_three_hundred_thousand_requests_are_labelled_in_well_under_two_seconds(
     i = pl.int_range(n)
     start = pl.lit(WINDOW.start) + pl.duration(microseconds=i * (span_us // n))
     requests = pl.select(
-        trace_id=i.cast(pl.String),
-        span_id=pl.lit("s"),
+        request_key=i.cast(pl.UInt64),
         start_time=start,
         end_time=start,
         deployment=pl.when(i % 3 == 0).then(pl.lit("vllm-a")).otherwise(pl.lit("vllm-b")),
@@ -267,11 +287,14 @@ def test_three_hundred_thousand_requests_are_labelled_in_well_under_two_seconds(
         replica_count=pl.lit(4, pl.Int64),
     )
     assert requests.schema == REQUEST_SCHEMA
-    scores = requests.select("trace_id", "span_id", name=pl.lit("json_adherence"), score=pl.lit(0.8))
+    scores = requests.select(
+        trace_id=pl.lit("t"), span_id=pl.lit("s"), request_key="request_key", name=pl.lit("json_adherence"),
+        score=pl.lit(0.8),
+    )
     started = time.perf_counter()
     out = run(requests, scores)
     elapsed = time.perf_counter() - started
-    assert labels(out).height == n
+    assert labels(out)["requests"].sum() == n
     assert elapsed < 2.0, f"labelling {n} requests took {elapsed:.2f} s"
 
 
@@ -280,7 +303,7 @@ def test_empty_frames_give_no_conditions_and_typed_empty_tables() -> None:
     assert out.conditions == []
     assert out.figures.height == 0 and labels(out).height == 0
     assert out.figures.schema["n"] == pl.Int64
-    assert labels(out).schema["end_time"] == pl.Datetime("us")
+    assert labels(out).schema["arrival_second"] == pl.Datetime("us")
 
 
 def test_tables_match_the_migration_and_inputs_match_the_hand_built_frames(tmp_path: Path) -> None:

@@ -116,3 +116,27 @@ def test_clusters_are_served_on_the_api_with_their_fix_and_examples(db_path: Pat
     assert top["suggested_fix"].startswith("drain and reload the replica")
     assert top["summary"].startswith("replica_id=r3: ")
     assert 1 <= len(top["example_trace_ids"]) <= 5
+
+
+def test_traffic_labels_are_queryable_per_request_through_the_view(db_path: Path) -> None:
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30)
+    with RunningService(service_settings(db_path)) as svc:
+        simulate.run(
+            ["morning_burst"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=0.5,
+            history_rate=0.1, rate=3.0,
+        )  # fmt: skip
+        runner = svc.service.runner
+        assert runner is not None
+        [result] = runner.run_all(end + timedelta(seconds=30), ["traffic_pattern"])
+        window = (result.window.start, result.window.end)
+        ended = svc.rows("SELECT count(*) FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP)", list(window))
+        labelled = svc.rows(
+            """SELECT count(*), count(DISTINCT (trace_id, span_id)), count(*) FILTER (pattern = 'burst')
+               FROM request_traffic_patterns WHERE window_start = ? AND window_end = ?""",
+            list(window),
+        )
+        stored = svc.rows("SELECT sum(requests) FROM traffic_pattern_labels WHERE window_start = ?", [window[0]])
+    # Every request of the window once, with the burst among them, from ~one stored row per arrival second.
+    [(n, distinct, burst)] = labelled
+    assert n == distinct == ended[0][0] == stored[0][0] > 0
+    assert burst > 0
