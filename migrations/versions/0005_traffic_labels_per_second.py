@@ -20,7 +20,7 @@ depends_on = None
 _WINDOW = "window_start TIMESTAMP NOT NULL, window_end TIMESTAMP NOT NULL, evaluated_at TIMESTAMP NOT NULL"
 
 _REQUEST_LABELS = """
-    SELECT l.window_start, l.window_end, r.trace_id, r.span_id, r.end_time, l.pattern, l.signal
+    SELECT l.window_start, l.window_end, l.pattern, l.signal, r.*
     FROM llm_requests_between({low}, {high}) AS r
     JOIN traffic_pattern_labels AS l
       ON l.deployment IS NOT DISTINCT FROM r.deployment
