@@ -1,18 +1,29 @@
-"""The Tailwatch API port: alerts, Prometheus metrics and health endpoints."""
+"""The Tailwatch API port: analyst SQL, exports, alerts, clusters, Prometheus metrics and health endpoints."""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
 from detectors.runner import Runner
+from storage import export
+from storage.analyst import AnalystQueries, QueryError
 from storage.readers import Reader
+from tailwatch import results
+
+log = logging.getLogger("tailwatch.api")
+# Probes must answer without credentials: an orchestrator has none.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 # The *_created series double the exposition for no use on a long-running service.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -23,8 +34,17 @@ def _json_value(value: Any) -> Any:
 
 
 def api_app(
-    registry: CollectorRegistry, is_ready: Callable[[], bool], reader: Reader, runner: Runner | None = None
+    registry: CollectorRegistry,
+    is_ready: Callable[[], bool],
+    reader: Reader,
+    runner: Runner | None = None,
+    *,
+    analyst: AnalystQueries | None = None,
+    token: str | None = None,
+    sql_slots: int = 2,
 ) -> web.Application:
+    sql = _SqlHandlers(analyst, sql_slots) if analyst is not None else None
+
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -115,7 +135,11 @@ def api_app(
             }
         )
 
-    app = web.Application()
+    app = web.Application(middlewares=[_bearer(token)] if token else [])
+    if sql is not None:
+        app.router.add_post("/v1/sql", sql.query)
+        app.router.add_get("/v1/export", sql.export)
+        app.on_cleanup.append(sql.close)
     app.router.add_get("/v1/alerts", alerts)
     app.router.add_get("/v1/clusters", clusters)
     app.router.add_post("/v1/detect", detect)
@@ -127,3 +151,208 @@ def api_app(
 
 def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+def _bearer(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):  # type: ignore[no-untyped-def]
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        given = request.headers.get("Authorization", "").encode()
+        # Constant-time: the comparison must not tell an attacker how much of a guess was right.
+        if not hmac.compare_digest(given, expected):
+            response = _error(401, "unauthorized", "this API needs an Authorization: Bearer <token> header")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="tailwatch"'
+            return response
+        return await handler(request)
+
+    return check
+
+
+def _format(request: web.Request, body: dict[str, Any]) -> str:
+    """json, csv or arrow: the body's `format` field, else the Accept header, else json."""
+    if "format" in body:
+        fmt = body["format"]
+        if fmt not in results.FORMATS:
+            raise QueryError("bad_request", f"format must be one of {', '.join(results.FORMATS)} (got {fmt!r})")
+        return str(fmt)
+    accept = request.headers.get("Accept", "")
+    for media in (m.split(";")[0].strip().lower() for m in accept.split(",")):
+        for fmt, mime in results.FORMATS.items():
+            if media == mime:
+                return fmt
+        if media in ("*/*", "application/*", ""):
+            return "json"
+    raise QueryError("not_acceptable", f"cannot answer in {accept!r}; ask for {', '.join(results.FORMATS.values())}")
+
+
+class _SqlHandlers:
+    """POST /v1/sql and GET /v1/export: analysts' statements on their own threads, a few at a time."""
+
+    def __init__(self, analyst: AnalystQueries, slots: int) -> None:
+        self._analyst = analyst
+        # Their own threads, so a slow query never takes a thread that /v1/detect or ingest waits for.
+        self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="tailwatch-sql")
+        self._slots = asyncio.Semaphore(slots)
+
+    async def close(self, _app: web.Application) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _turn(self) -> None:
+        # Waiting for a turn counts against the same limit a running statement has.
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self._analyst.timeout_seconds)
+        except TimeoutError:
+            raise QueryError("busy", "every SQL slot stayed busy for the statement time limit; retry later") from None
+
+    async def query(self, request: web.Request) -> web.Response:
+        """Run one read-only statement; rows as JSON (default), CSV or an Arrow IPC stream."""
+        try:
+            body = await _json_body(request)
+            statement, params = body.get("sql"), body.get("params")
+            if not isinstance(statement, str):
+                raise QueryError("bad_request", 'expected {"sql": "SELECT ...", "params": [...]}')
+            if params is not None and not isinstance(params, list | dict):
+                raise QueryError("bad_request", "params must be a list (for ?) or an object (for $name)")
+            fmt = _format(request, body)
+            await self._turn()
+            try:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self._pool, self._analyst.run, statement, params)
+            finally:
+                self._slots.release()
+        except QueryError as exc:
+            return _query_error(exc)
+        headers = {results.TRUNCATED_HEADER: str(result.truncated).lower()}
+        if fmt == "csv":
+            return web.Response(body=results.to_csv(result.table), content_type="text/csv", headers=headers)
+        if fmt == "arrow":
+            body_bytes = results.to_arrow_stream(result.table, result.truncated)
+            return web.Response(body=body_bytes, headers={**headers, "Content-Type": results.ARROW_STREAM})
+        payload = results.to_json(result.table, result.types, result.truncated)
+        return web.Response(body=payload, content_type="application/json", headers=headers)
+
+    async def export(self, request: web.Request) -> web.StreamResponse:
+        """Every row of a dataset in [since, until) as one Arrow IPC stream, sent as DuckDB produces it."""
+        try:
+            dataset = request.query.get("dataset", "")
+            since, until = (_instant(request.query.get(k, ""), k) for k in ("since", "until"))
+            statement, params = export.query(dataset, since, until)
+        except (export.ExportError, QueryError) as exc:
+            code = exc.code if isinstance(exc, QueryError) else "bad_request"
+            return _error(400, code, str(exc))
+        try:
+            await self._turn()
+        except QueryError as exc:
+            return _query_error(exc)
+        try:
+            return await self._stream(request, statement, params)
+        finally:
+            self._slots.release()
+
+    async def _stream(self, request: web.Request, statement: str, params: dict[str, Any]) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        # A few batches in flight at most: a slow reader holds DuckDB back instead of filling memory.
+        chunks: asyncio.Queue[bytes | QueryError | None] = asyncio.Queue(maxsize=4)
+        stop = False
+
+        def put(item: bytes | QueryError | None) -> None:
+            asyncio.run_coroutine_threadsafe(chunks.put(item), loop).result()
+
+        def produce() -> None:
+            try:
+                with self._analyst.stream(statement, params) as reader:
+                    sink = _Chunks()
+                    with pa.ipc.new_stream(sink, reader.schema) as writer:
+                        for batch in reader:
+                            writer.write_batch(batch)
+                            put(sink.take())
+                            if stop:
+                                return
+                    put(sink.take())  # the end-of-stream marker
+                put(None)
+            except QueryError as exc:
+                put(exc)
+
+        producer = loop.run_in_executor(self._pool, produce)
+        first = await chunks.get()
+        if isinstance(first, QueryError):
+            await producer
+            return _query_error(first)
+        response = web.StreamResponse(headers={"Content-Type": results.ARROW_STREAM})
+        await response.prepare(request)
+        try:
+            item: bytes | QueryError | None = first
+            while isinstance(item, bytes):
+                await response.write(item)
+                item = await chunks.get()
+            if isinstance(item, QueryError):
+                # Headers are gone: end the stream unfinished, so a reader fails instead of trusting a prefix.
+                log.warning("export failed mid-stream: %s", item.message)
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            await response.write_eof()
+            return response
+        finally:
+            stop = True
+            while not producer.done():
+                # Unblock a producer waiting to put, so it sees `stop` and closes its cursor.
+                while not chunks.empty():
+                    chunks.get_nowait()
+                await asyncio.sleep(0.01)
+
+
+class _Chunks:
+    """A file for pyarrow's IPC writer that hands over what was written since the last take."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> bytes:
+        out, self._parts = b"".join(self._parts), []
+        return out
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise QueryError("bad_request", 'the body must be JSON: {"sql": "SELECT ...", "params": [...]}') from None
+    if not isinstance(body, dict):
+        raise QueryError("bad_request", 'the body must be a JSON object: {"sql": "SELECT ..."}')
+    return body
+
+
+def _instant(text: str, name: str) -> datetime:
+    if not text:
+        raise QueryError("bad_request", f"{name} is required (ISO 8601, e.g. 2026-11-20T00:00:00Z)")
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise QueryError("bad_request", f"{name} must be ISO 8601 (got {text!r})") from None
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+
+
+# A statement that hit its time limit will hit it again: a client error, not a retryable 5xx.
+_STATUS = {"busy": 503, "read_only": 403, "forbidden": 403, "not_acceptable": 406}
+
+
+def _query_error(exc: QueryError) -> web.Response:
+    response = _error(_STATUS.get(exc.code, 400), exc.code, exc.message)
+    if exc.code == "busy":
+        response.headers["Retry-After"] = "1"
+    return response

@@ -1,4 +1,4 @@
-"""`tailwatch` command line: serve, migrate."""
+"""`tailwatch` command line: serve, migrate, detect, sql, export, simulate."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from typing import Any
 
 import duckdb
 
+from storage.export import ExportError
 from tailwatch import __version__
+from tailwatch.client import ClientError
 from tailwatch.settings import CONFIG_ENV, Settings, SettingsError, load_settings
 
 log = logging.getLogger("tailwatch")
@@ -73,6 +75,39 @@ def _parser() -> argparse.ArgumentParser:
         help="a detector key to run (repeatable; default: every enabled detector)",
     )
     det.set_defaults(run=_detect)
+
+    q = sub.add_parser(
+        "sql",
+        help="run one read-only SQL statement against a running service or the database file",
+        description="Run one SELECT (or EXPLAIN) and print its rows. Talks to a running service by --url; with "
+        "--db, or when no process holds the configured database file, opens the file read-only itself. Either "
+        "way the statement is read-only, time-limited (sql.timeout_seconds) and capped (sql.max_rows). "
+        "The tables, views and a cookbook are in docs/sql.md.",
+    )
+    q.add_argument("statement", help='the SQL, e.g. "SELECT * FROM token_latency_5m LIMIT 10"')
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output (default table)")
+    _target(q)
+    q.set_defaults(run=_sql)
+
+    ex = sub.add_parser(
+        "export",
+        help="write requests, scores and spans in a time range as Parquet partitioned by date and tenant",
+        description="Write the rows whose end_time is in [--since, --until) under DIR/<dataset>/date=YYYY-MM-DD/"
+        "tenant_id=T/ as Parquet, for DuckDB, Polars, pandas or Spark (hive partitioning). Datasets: requests "
+        "(llm_requests), scores (llm_request_scores with the request's tenant), spans (every stored span). "
+        "A second export into the same DIR replaces the partitions it writes.",
+    )
+    ex.add_argument("--since", type=_timestamp, required=True, help="start, ISO 8601 (inclusive)")
+    ex.add_argument("--until", type=_timestamp, required=True, help="end, ISO 8601 (exclusive)")
+    ex.add_argument("--to", metavar="DIR", required=True, help="directory to write into")
+    ex.add_argument(
+        "--dataset",
+        action="append",
+        choices=["requests", "scores", "spans"],
+        help="what to export (repeatable; default all three)",
+    )
+    _target(ex)
+    ex.set_defaults(run=_export)
 
     sim = sub.add_parser(
         "simulate",
@@ -150,6 +185,43 @@ def _timestamp(text: str) -> datetime:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help=f"YAML settings file (default: ${CONFIG_ENV} if set)")
     p.add_argument("--db", metavar="PATH", help="DuckDB database file (default ./tailwatch.duckdb, or $TAILWATCH_DB)")
+
+
+def _target(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--url", help="a running service's API, e.g. http://127.0.0.1:4319 (default: the configured one)")
+    p.add_argument("--token", help="API bearer token (default: api.token, e.g. $TAILWATCH_API__TOKEN)")
+
+
+def _client(settings: Settings, args: argparse.Namespace) -> Any:
+    from tailwatch.client import Target
+
+    if args.url and args.db:
+        raise SettingsError("give --url or --db, not both")
+    return Target.resolve(settings, args.url, args.db, args.token)
+
+
+def _sql(settings: Settings, args: argparse.Namespace) -> int:
+    answer = _client(settings, args).sql(args.statement, args.format)
+    text = answer.body if isinstance(answer.body, str) else answer.body.decode()
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if answer.truncated:
+        print(
+            f"tailwatch: truncated at sql.max_rows ({settings.sql.max_rows}) rows; aggregate, add a LIMIT, "
+            "or use `tailwatch export` for everything",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _export(settings: Settings, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    target = _client(settings, args)
+    for dataset in args.dataset or ["requests", "scores", "spans"]:
+        rows = target.export(dataset, args.since, args.until, Path(args.to))
+        print(f"{dataset}: {rows} rows -> {Path(args.to) / dataset}")
+    return 0
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -252,13 +324,17 @@ def main(argv: list[str] | None = None) -> int:
         # Their INFO lines narrate internals (plugin setup, every job run); warnings still show.
         for noisy in ("alembic", "apscheduler"):
             logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
-        code: int = args.run(settings, args) if args.run in (_detect, _simulate) else args.run(settings)
+        with_args = (_detect, _simulate, _sql, _export)
+        code: int = args.run(settings, args) if args.run in with_args else args.run(settings)
     except SettingsError as exc:
         print(f"tailwatch: configuration error: {exc}", file=sys.stderr)
         return 2
     except KeyError as exc:
         print(f"tailwatch: {exc.args[0]}", file=sys.stderr)
         return 2
+    except (ClientError, ExportError) as exc:
+        print(f"tailwatch: {exc}", file=sys.stderr)
+        return 1
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             db = getattr(args, "db", None) or os.environ.get("TAILWATCH_DB") or "the database"

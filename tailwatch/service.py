@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ from detectors.notify import Notifier
 from detectors.runner import DetectorMetrics, Runner
 from detectors.scheduler import schedule
 from storage import migrate
+from storage.analyst import AnalystQueries, lock_down
 from storage.database import open_database
 from storage.readers import Reader
 from storage.retention import delete_expired
@@ -42,6 +44,15 @@ def notifier(settings: Settings, registry: CollectorRegistry | None) -> Notifier
         queue_size=a.queue_size,
         registry=registry,
     )
+
+
+def _tls(settings: Settings) -> ssl.SSLContext | None:
+    a = settings.api
+    if a.tls_cert_file is None or a.tls_key_file is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(a.tls_cert_file, a.tls_key_file)
+    return context
 
 
 class Service:
@@ -90,6 +101,9 @@ class Service:
             checkpoint_threshold=s.storage.checkpoint_threshold,
         )
         migrate.upgrade(con)
+        # From here on no connection of this database reads or writes files other than its own, or
+        # changes its configuration: the analyst SQL endpoint's first wall.
+        lock_down(con)
         self._writer = Writer(
             con,
             max_queued_spans=s.ingest.max_queued_spans,
@@ -129,9 +143,17 @@ class Service:
             sink=self._notifier,
             metrics=DetectorMetrics(self.registry),
         )
-        self._api_runner, self.api_port = await self._serve(
-            api_app(self.registry, lambda: self._ready, Reader(con), self.runner), s.api_port
+        analyst = AnalystQueries(con, timeout_seconds=s.sql.timeout_seconds, max_rows=s.sql.max_rows)
+        app = api_app(
+            self.registry,
+            lambda: self._ready,
+            Reader(con),
+            self.runner,
+            analyst=analyst,
+            token=s.api.token.get_secret_value() if s.api.token else None,
+            sql_slots=s.sql.max_concurrent,
         )
+        self._api_runner, self.api_port = await self._serve(app, s.api_port, tls=_tls(s))
         self._scheduler = BackgroundScheduler(
             timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 60}
         )
@@ -153,12 +175,14 @@ class Service:
             ", ".join(detectors) or "none", time.perf_counter() - started,
         )  # fmt: skip
 
-    async def _serve(self, app: web.Application, port: int) -> tuple[web.AppRunner, int]:
+    async def _serve(
+        self, app: web.Application, port: int, tls: ssl.SSLContext | None = None
+    ) -> tuple[web.AppRunner, int]:
         runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=self.settings.shutdown_grace_seconds
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.host, port, reuse_port=False)
+        site = web.TCPSite(runner, self.settings.host, port, reuse_port=False, ssl_context=tls)
         await site.start()
         _host, bound = runner.addresses[0][:2]
         return runner, int(bound)

@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from collector.normalize import NormalizeConfig
 from detectors.registry import REGISTRY
@@ -103,6 +112,35 @@ class AlertingSettings(_Section):
         return value
 
 
+class ApiSettings(_Section):
+    token: SecretStr | None = Field(
+        None,
+        description="Bearer token the API port requires (Authorization: Bearer TOKEN); /healthz and /readyz stay open.",
+    )
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate chain: with tls_key_file, the API port speaks HTTPS."
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both or neither")
+        return self
+
+
+class SqlSettings(_Section):
+    timeout_seconds: float = Field(
+        30.0, gt=0, le=3600, description="An analyst's statement is cancelled after this long (POST /v1/sql)."
+    )
+    max_rows: int = Field(
+        10_000, ge=1, le=10_000_000, description="Rows a statement returns at most; beyond, truncated is true."
+    )
+    max_concurrent: int = Field(
+        2, ge=1, le=64, description="Analyst statements and exports running at once; more wait for a turn."
+    )
+
+
 # One section per registered detector, typed by its own Config; the key is the registry key.
 DetectorsSettings: type[_Section] = create_model(  # type: ignore[call-overload]
     "DetectorsSettings",
@@ -118,7 +156,9 @@ class Settings(_Section):
     host: str = Field("127.0.0.1", description="Address every port binds to; 0.0.0.0 to listen on all interfaces.")
     grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC port (0 picks a free port).")
     http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP port (0 picks a free port).")
-    api_port: int = Field(4319, ge=0, le=65535, description="Tailwatch API port: /metrics, /healthz, /readyz.")
+    api_port: int = Field(
+        4319, ge=0, le=65535, description="Tailwatch API port: /v1/sql, /v1/alerts, /metrics, /healthz, /readyz."
+    )
     log_level: str = Field("info", pattern="^(debug|info|warning|error)$", description="Service log level.")
     shutdown_grace_seconds: float = Field(
         30.0,
@@ -130,6 +170,8 @@ class Settings(_Section):
     normalize: NormalizeConfig = NormalizeConfig()
     detectors: DetectorsSettings = DetectorsSettings()
     alerting: AlertingSettings = AlertingSettings()
+    api: ApiSettings = ApiSettings()
+    sql: SqlSettings = SqlSettings()
 
     def detector_configs(self) -> dict[str, Any]:
         """Each detector's config by registry key."""

@@ -288,7 +288,10 @@ def test_three_hundred_thousand_requests_are_labelled_in_well_under_two_seconds(
     )
     assert requests.schema == REQUEST_SCHEMA
     scores = requests.select(
-        trace_id=pl.lit("t"), span_id=pl.lit("s"), request_key="request_key", name=pl.lit("json_adherence"),
+        trace_id=pl.lit("t"),
+        span_id=pl.lit("s"),
+        request_key="request_key",
+        name=pl.lit("json_adherence"),
         score=pl.lit(0.8),
     )
     started = time.perf_counter()

@@ -37,8 +37,7 @@ def upgrade() -> None:
             replica_count BIGINT, requests BIGINT NOT NULL, pattern VARCHAR NOT NULL, signal VARCHAR NOT NULL)"""
     )
     op.execute(
-        "CREATE MACRO request_traffic_patterns_between(t0, t1) AS TABLE "
-        + _REQUEST_LABELS.format(low="t0", high="t1")
+        "CREATE MACRO request_traffic_patterns_between(t0, t1) AS TABLE " + _REQUEST_LABELS.format(low="t0", high="t1")
     )
     op.execute(
         "CREATE VIEW request_traffic_patterns AS "

@@ -122,9 +122,7 @@ _ANALYSES = {
 def upgrade() -> None:
     for name, sql in _ANALYSES.items():
         op.execute(f"CREATE MACRO {name}_between(t0, t1) AS TABLE {sql.format(t0='t0', t1='t1')}")
-        op.execute(
-            f"CREATE VIEW {name} AS SELECT * FROM {name}_between('-infinity'::TIMESTAMP, 'infinity'::TIMESTAMP)"
-        )
+        op.execute(f"CREATE VIEW {name} AS SELECT * FROM {name}_between('-infinity'::TIMESTAMP, 'infinity'::TIMESTAMP)")
 
 
 def downgrade() -> None:

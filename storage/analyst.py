@@ -1,0 +1,174 @@
+"""Analyst SQL: read-only by construction, time-limited, row-capped.
+
+Three layers, none of them a pattern match on the SQL text:
+- the database refuses file and network access and further configuration changes for every
+  connection once `lock_down` has run (`enable_external_access`, `lock_configuration`): no
+  `read_text('/etc/...')`, `COPY ... TO`, `ATTACH 'file'`, `INSTALL`/`LOAD`, `SET`;
+- every analyst statement runs inside `BEGIN TRANSACTION READ ONLY`, so DuckDB itself refuses any
+  write to the database, however it is phrased;
+- DuckDB's own parser must find exactly one statement, of a reading type, so transaction control
+  (`COMMIT`, `ROLLBACK`), `ATTACH ':memory:'`, `CHECKPOINT` and `PRAGMA`/`SET` never run.
+
+A timer interrupts the statement at its time limit (DuckDB checks for interrupts while it executes),
+and results are pulled in record batches and cut at the row cap, so a `SELECT * FROM spans` costs
+the cap, not the table.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+_BATCH_ROWS = 8192
+
+Params = Sequence[Any] | Mapping[str, Any] | None
+
+
+class QueryError(Exception):
+    """A query that cannot run or failed; `code` is stable for clients, `message` is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Result:
+    table: pa.Table
+    truncated: bool
+    types: list[str]  # DuckDB's type of each column, e.g. "TIMESTAMP", "MAP(VARCHAR, DOUBLE)"
+    seconds: float
+
+
+def lock_down(con: duckdb.DuckDBPyConnection) -> None:
+    """Close the database to files, networks and configuration changes, for every connection, for good.
+
+    Run it after migrations and the service's own SETs. The writer is unaffected: it registers Arrow
+    data explicitly rather than through Python replacement scans, which this also turns off.
+    """
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+class AnalystQueries:
+    """Runs analysts' statements on cursors of one connection (the service's, or a read-only file)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, *, timeout_seconds: float, max_rows: int) -> None:
+        self._con = con
+        self.timeout_seconds = timeout_seconds
+        self.max_rows = max_rows
+
+    def run(self, sql: str, params: Params = None, *, max_rows: int | None = None) -> Result:
+        """The statement's rows up to the cap (and whether there were more), or a QueryError."""
+        cap = self.max_rows if max_rows is None else min(max_rows, self.max_rows)
+        started = time.perf_counter()
+        with self._statement(sql, params) as (relation, types):
+            reader = relation.to_arrow_reader(_BATCH_ROWS)
+            batches, rows, truncated = [], 0, False
+            for batch in _guarded(reader):
+                if rows + batch.num_rows > cap:
+                    batches.append(batch.slice(0, cap - rows))
+                    truncated = True
+                    break
+                batches.append(batch)
+                rows += batch.num_rows
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+        return Result(table=table, truncated=truncated, types=types, seconds=time.perf_counter() - started)
+
+    @contextmanager
+    def stream(self, sql: str, params: Params = None) -> Iterator[pa.RecordBatchReader]:
+        """Every row, as record batches read while the caller consumes them (an export, not a query)."""
+        with self._statement(sql, params, timeout=False) as (relation, _types):
+            reader = relation.to_arrow_reader(_BATCH_ROWS)
+            yield pa.RecordBatchReader.from_batches(reader.schema, _guarded(reader))
+
+    @contextmanager
+    def _statement(
+        self, sql: str, params: Params, *, timeout: bool = True
+    ) -> Iterator[tuple[duckdb.DuckDBPyRelation, list[str]]]:
+        cur = self._con.cursor()
+        timer = threading.Timer(self.timeout_seconds, cur.interrupt) if timeout else None
+        try:
+            _check(cur, sql)
+            cur.execute("BEGIN TRANSACTION READ ONLY")
+            if timer is not None:
+                timer.start()
+            try:
+                relation = cur.sql(sql, params=_params(params))
+                if relation is None:  # only statements with results come back as relations
+                    raise QueryError("not_a_query", "the statement returned no result")
+                yield relation, [str(t) for t in relation.types]
+            except duckdb.InterruptException:
+                raise QueryError(
+                    "timeout", f"the query was cancelled at its time limit of {self.timeout_seconds:g} s"
+                ) from None
+            except duckdb.Error as exc:
+                raise _query_error(exc) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+            cur.close()  # ends the read-only transaction with it
+
+
+def _guarded(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    # DuckDB executes while batches are pulled: an interrupt or a failure surfaces here, as Arrow's error.
+    try:
+        yield from reader
+    except pa.ArrowException as exc:
+        text = str(exc)
+        if "INTERRUPT" in text or "Interrupted" in text:
+            raise duckdb.InterruptException(text) from None
+        raise duckdb.Error(text) from None
+
+
+def _check(cur: duckdb.DuckDBPyConnection, sql: str) -> None:
+    if not sql.strip():
+        raise QueryError("empty_query", "the statement is empty")
+    try:
+        statements = cur.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise _query_error(exc) from None
+    if len(statements) != 1:
+        raise QueryError("multiple_statements", f"send one statement at a time (got {len(statements)})")
+    kind = statements[0].type
+    if kind not in READING:
+        name = kind.name if hasattr(kind, "name") else str(kind)
+        raise QueryError("read_only", f"only SELECT (and EXPLAIN) statements are allowed here; this is {name}")
+
+
+def _params(params: Params) -> Any:
+    if params is None:
+        return None
+    if isinstance(params, Mapping):
+        return dict(params)
+    return list(params)
+
+
+# DuckDB's exception classes name what went wrong; the message carries the detail (position, name).
+_CODES: list[tuple[type[duckdb.Error], str]] = [
+    (duckdb.ParserException, "syntax_error"),
+    (duckdb.BinderException, "invalid_query"),
+    (duckdb.CatalogException, "unknown_name"),
+    (duckdb.PermissionException, "forbidden"),
+    (duckdb.TransactionException, "read_only"),
+    (duckdb.OutOfMemoryException, "out_of_memory"),
+    (duckdb.ConversionException, "invalid_value"),
+    (duckdb.InvalidInputException, "invalid_input"),
+]
+
+
+def _query_error(exc: duckdb.Error) -> QueryError:
+    code = next((code for cls, code in _CODES if isinstance(exc, cls)), "query_failed")
+    message = str(exc)
+    if code == "read_only":
+        message = f"the SQL endpoint is read-only: {message}"
+    return QueryError(code, message)
