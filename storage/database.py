@@ -30,5 +30,7 @@ def open_database(
     )
     # Long queries otherwise draw a progress bar on the service's stderr.
     con.execute("SET enable_progress_bar = false")
-    con.execute("SET TimeZone = 'UTC'")
+    # GLOBAL: every cursor is a connection of its own, and a session setting would stay behind on this one
+    # (an analyst's now()::TIMESTAMP would be the machine's local time).
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
     return con

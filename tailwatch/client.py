@@ -99,7 +99,7 @@ class Target:
             raise ClientError(f"no database at {self.db}: pass --db PATH, or --url of a running service")
         con = duckdb.connect(str(self.db), read_only=True)
         try:
-            con.execute("SET TimeZone = 'UTC'")
+            con.execute("SET GLOBAL TimeZone = 'UTC'")  # as the service: every cursor reads UTC
             lock_down(con)
             yield AnalystQueries(
                 con, timeout_seconds=self.settings.sql.timeout_seconds, max_rows=self.settings.sql.max_rows

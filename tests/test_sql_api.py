@@ -267,3 +267,12 @@ def test_queries_run_while_a_client_streams_spans_and_both_succeed(tmp_path: Pat
         expected = len(simulate.requests(["steady"], seed=3, end=end, history_hours=0.5, history_rate=1.0, rate=5.0))
         assert json.loads(sql(svc, "SELECT count(*) FROM llm_requests")[2])["rows"] == [[expected]]
         assert sent and sent[0] > 0
+
+
+def test_analysts_read_utc_whatever_the_machines_time_zone(small: RunningService) -> None:
+    # Each analyst statement runs on a cursor of its own; the service's UTC must reach it.
+    doc = json.loads(sql(small, "SELECT current_setting('TimeZone') AS tz, now()::TIMESTAMP AS at")[2])
+    [[tz, at]] = doc["rows"]
+    assert tz == "UTC"
+    now = datetime.now(UTC).replace(tzinfo=None)
+    assert abs(datetime.fromisoformat(at.removesuffix("Z")) - now) < timedelta(minutes=1)

@@ -9,6 +9,8 @@ Revises: 0005
 Create Date: 2026-11-21
 """
 
+import importlib
+
 from alembic import op
 
 revision = "0006"
@@ -119,7 +121,19 @@ _ANALYSES = {
 }
 
 
+# 0003's request pairing, unchanged but for its bounds. A landed revision never changes, so reusing its
+# SQL builder restates exactly that snapshot.
+_PAIRING = importlib.import_module("migrations.versions.0003_detectors")
+
+
+def _requests_between(low: str, high: str) -> str:
+    return f"CREATE OR REPLACE MACRO llm_requests_between(t0, t1) AS TABLE {_PAIRING._requests_sql(low, high)}"
+
+
 def upgrade() -> None:
+    # Analysts write llm_requests_between('2026-11-20', '2026-11-21'): without the casts a string minus
+    # an INTERVAL is a binder error. Every macro built on this one takes strings with it.
+    op.execute(_requests_between("t0::TIMESTAMP", "t1::TIMESTAMP"))
     for name, sql in _ANALYSES.items():
         op.execute(f"CREATE MACRO {name}_between(t0, t1) AS TABLE {sql.format(t0='t0', t1='t1')}")
         op.execute(f"CREATE VIEW {name} AS SELECT * FROM {name}_between('-infinity'::TIMESTAMP, 'infinity'::TIMESTAMP)")
@@ -129,3 +143,4 @@ def downgrade() -> None:
     for name in _ANALYSES:
         op.execute(f"DROP VIEW {name}")
         op.execute(f"DROP MACRO TABLE {name}_between")
+    op.execute(_requests_between("t0", "t1"))
