@@ -7,6 +7,7 @@ but the wall clock comes from `--seed`, span ids included, so a run can be repea
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import sys
@@ -242,6 +243,13 @@ def requests(
     return sorted(history + window, key=lambda r: r.end)  # fmt: skip
 
 
+def id_seed(seed: int, names: list[str], end: datetime) -> int:
+    """The ids' seed: the same run repeats its ids (a replay is deduplicated as a retry), while another
+    scenario or end time with the same --seed gets ids of its own instead of being dropped as duplicates."""
+    key = f"{seed}|{','.join(sorted(names))}|{end.isoformat()}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+
+
 class SeededIds(IdGenerator):
     """Span and trace ids from the scenario's seed, so a run repeats exactly."""
 
@@ -331,7 +339,7 @@ def run(
 ) -> int:  # fmt: skip
     """Backfill history and the fault window ending at `end`, then stream live traffic; returns spans sent."""
     batch = requests(names, seed=seed, end=end, history_hours=history_hours, history_rate=history_rate, rate=rate)
-    sender = Sender(endpoint, protocol, seed)
+    sender = Sender(endpoint, protocol, id_seed(seed, names, end))
     for i, r in enumerate(batch, 1):
         sender.send(r)
         if i % 500 == 0 or i == len(batch):

@@ -140,3 +140,16 @@ def test_traffic_labels_are_queryable_per_request_through_the_view(db_path: Path
     [(n, distinct, burst)] = labelled
     assert n == distinct == ended[0][0] == stored[0][0] > 0
     assert burst > 0
+
+
+def test_two_runs_with_the_same_seed_but_other_scenarios_both_arrive_in_full(db_path: Path) -> None:
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30)
+    shape = {"seed": 42, "end": end, "history_hours": 0.1, "history_rate": 0.5, "rate": 2.0}
+    with RunningService(service_settings(db_path)) as svc:
+        sent = sum(
+            simulate.run([name], endpoint=svc.grpc_target, protocol="grpc", **shape)  # type: ignore[arg-type]
+            for name in ("replica_drift", "noisy_neighbor")
+        )
+        # Repeating a run exactly is a retry: its spans are not stored twice.
+        simulate.run(["noisy_neighbor"], endpoint=svc.grpc_target, protocol="grpc", **shape)  # type: ignore[arg-type]
+        assert svc.rows("SELECT count(*) FROM llm_requests") == [(sent,)]
