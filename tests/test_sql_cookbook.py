@@ -70,6 +70,6 @@ def test_every_cookbook_query_runs_and_returns_rows(seeded: RunningService, stat
 def test_the_notebook_helper_returns_a_polars_frame(seeded: RunningService) -> None:
     [helper] = [b for b in blocks("Running queries", "python") if "def sql(" in b]
     namespace: dict[str, Any] = {}
-    exec(helper.replace("http://127.0.0.1:4319", seeded.api_url), namespace)  # noqa: S102 - the documented code
+    exec(helper.replace("http://127.0.0.1:4319", seeded.api_url), namespace)
     frame = namespace["p99"]
     assert frame.height > 0 and "tpot_p99_ms" in frame.columns
