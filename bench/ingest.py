@@ -93,7 +93,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_server(db: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+def run_server(db: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     grpc_port, http_port, api_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILWATCH_")}
     log = (workdir / "serve.log").open("wb")
@@ -108,7 +108,7 @@ def run_server(db: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
             break
         except OSError:
             time.sleep(0.1)
-    return proc, grpc_port
+    return proc, grpc_port, api_port
 
 
 def send_all(target: str, requests: list[bytes], concurrency: int) -> dict[str, float]:
@@ -179,7 +179,7 @@ def main() -> None:
             ("overload", args.overload_concurrency, requests[: n_requests // 3]),
         ):
             db = workdir / f"{label}.duckdb"
-            proc, grpc_port = run_server(db, workdir)
+            proc, grpc_port, _api_port = run_server(db, workdir)
             sampler = RssSampler(proc.pid)
             stats = send_all(f"127.0.0.1:{grpc_port}", reqs, concurrency)
             peak_kib = sampler.stop()

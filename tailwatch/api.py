@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
+import os
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -24,6 +27,7 @@ from tailwatch import results
 log = logging.getLogger("tailwatch.api")
 # Probes must answer without credentials: an orchestrator has none.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+ANALYST_NICE = 10
 
 # The *_created series double the exposition for no use on a long-running service.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -193,8 +197,11 @@ class _SqlHandlers:
 
     def __init__(self, analyst: AnalystQueries, slots: int) -> None:
         self._analyst = analyst
-        # Their own threads, so a slow query never takes a thread that /v1/detect or ingest waits for.
-        self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="tailwatch-sql")
+        # Their own threads, so a slow query never takes a thread that /v1/detect waits for; and at a lower
+        # CPU priority, so on a busy machine ingest goes first.
+        self._pool = ThreadPoolExecutor(
+            max_workers=slots, thread_name_prefix="tailwatch-sql", initializer=_lower_priority
+        )
         self._slots = asyncio.Semaphore(slots)
 
     async def close(self, _app: web.Application) -> None:
@@ -303,6 +310,13 @@ class _SqlHandlers:
                 while not chunks.empty():
                     chunks.get_nowait()
                 await asyncio.sleep(0.01)
+
+
+def _lower_priority() -> None:
+    # Linux applies nice per thread. It covers the thread that drives each analyst query, not DuckDB's
+    # shared workers, which is why it only partly protects ingest (docs/benchmarks.md).
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ANALYST_NICE)
 
 
 class _Chunks:
