@@ -227,19 +227,27 @@ class _SqlHandlers:
             await self._turn()
             try:
                 loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self._pool, self._analyst.run, statement, params)
+                # Encoding ten thousand rows is work too: it stays off the event loop with the query.
+                answer = await loop.run_in_executor(self._pool, self._answer, statement, params, fmt)
             finally:
                 self._slots.release()
         except QueryError as exc:
             return _query_error(exc)
-        headers = {results.TRUNCATED_HEADER: str(result.truncated).lower()}
+        except Exception:
+            log.exception("analyst query failed inside the service")
+            return _error(500, "internal", "the query failed inside the service; its log has the details")
+        payload, content_type, truncated = answer
+        return web.Response(
+            body=payload, headers={"Content-Type": content_type, results.TRUNCATED_HEADER: str(truncated).lower()}
+        )
+
+    def _answer(self, statement: str, params: Any, fmt: str) -> tuple[bytes, str, bool]:
+        result = self._analyst.run(statement, params)
         if fmt == "csv":
-            return web.Response(body=results.to_csv(result.table), content_type="text/csv", headers=headers)
+            return results.to_csv(result.table), "text/csv; charset=utf-8", result.truncated
         if fmt == "arrow":
-            body_bytes = results.to_arrow_stream(result.table, result.truncated)
-            return web.Response(body=body_bytes, headers={**headers, "Content-Type": results.ARROW_STREAM})
-        payload = results.to_json(result.table, result.types, result.truncated)
-        return web.Response(body=payload, content_type="application/json", headers=headers)
+            return results.to_arrow_stream(result.table, result.truncated), results.ARROW_STREAM, result.truncated
+        return results.to_json(result.table, result.types, result.truncated), "application/json", result.truncated
 
     async def export(self, request: web.Request) -> web.StreamResponse:
         """Every row of a dataset in [since, until) as one Arrow IPC stream, sent as DuckDB produces it."""
@@ -282,6 +290,9 @@ class _SqlHandlers:
                 put(None)
             except QueryError as exc:
                 put(exc)
+            except Exception:
+                log.exception("export failed inside the service")
+                put(QueryError("internal", "the export failed inside the service; its log has the details"))
 
         producer = loop.run_in_executor(self._pool, produce)
         first = await chunks.get()
@@ -362,7 +373,7 @@ def _instant(text: str, name: str) -> datetime:
 
 
 # A statement that hit its time limit will hit it again: a client error, not a retryable 5xx.
-_STATUS = {"busy": 503, "read_only": 403, "forbidden": 403, "not_acceptable": 406}
+_STATUS = {"busy": 503, "internal": 500, "read_only": 403, "forbidden": 403, "not_acceptable": 406}
 
 
 def _query_error(exc: QueryError) -> web.Response:
