@@ -109,6 +109,9 @@ def test_positional_and_named_parameters_bind_values_not_sql(small: RunningServi
     assert doc["rows"] == [[42, "x'); DROP TABLE spans; --"]]
     doc = json.loads(sql(small, "SELECT $a * 2 AS n", {"a": 21})[2])
     assert doc["rows"] == [[42]]
+    # The time-range macros take their bounds as strings, so a client need not know DuckDB's types.
+    doc = json.loads(sql(small, "SELECT count(*) FROM llm_requests_between(?, ?)", ["2026-01-01", "2027-01-01"])[2])
+    assert doc["rows"] == [[0]]
 
 
 def test_the_row_cap_truncates_and_says_so_in_every_format(small: RunningService) -> None:
