@@ -200,3 +200,52 @@ def test_a_retried_log_request_does_not_duplicate_scores(service: RunningService
         assert "missing_span_context" in partial["errorMessage"]
     assert service.rows("SELECT name, score, source FROM span_scores") == [("json_adherence", 0.5, "log")]
     assert service.metric("tailwatch_log_records_ignored_total") == 2
+
+
+def test_a_retry_inside_one_client_span_is_one_request_and_one_earlier_attempt(service: RunningService) -> None:
+    client_provider, client = tracer(
+        {"service.name": "gateway", "tenant.id": "acme"}, GrpcSpanExporter(endpoint=service.grpc_target, insecure=True)
+    )
+    replicas = {
+        replica: tracer(
+            {"service.name": "vllm-llama8b", "service.instance.id": replica},
+            GrpcSpanExporter(endpoint=service.grpc_target, insecure=True),
+        )
+        for replica in ("r1", "r2")
+    }
+    t0 = time.time_ns() - 60 * NS
+    with client.start_as_current_span(
+        "chat llama",
+        kind=SpanKind.CLIENT,
+        start_time=t0,
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "llama", "eval.json_adherence": 0.9},
+    ) as c:
+        # The gateway's first attempt fails on r1; it retries on r2, whose answer the client gets.
+        for replica, start, seconds in (("r1", 0.1, 0.5), ("r2", 0.7, 1.2)):
+            attempt = replicas[replica][1].start_span(
+                "llm_request",
+                kind=SpanKind.SERVER,
+                start_time=t0 + int(start * NS),
+                attributes={"gen_ai.usage.prompt_tokens": 812, "gen_ai.latency.e2e": seconds},
+            )
+            if replica == "r1":
+                attempt.set_status(trace.Status(trace.StatusCode.ERROR))
+            attempt.end(end_time=t0 + int((start + seconds) * NS))
+        client_id = f"{c.get_span_context().span_id:016x}"
+        trace_id = f"{c.get_span_context().trace_id:032x}"
+    for provider, _tracer in (*replicas.values(), (client_provider, client)):
+        provider.shutdown()
+
+    rows = service.rows(
+        """SELECT span_id, client_span_id, replica_id, tenant_id, status_code, e2e_ms FROM llm_requests
+           WHERE trace_id = ? ORDER BY start_time""",
+        [trace_id],
+    )
+    [first, request] = rows
+    # The request: the client's id and tenant, the answering attempt's replica, status and timings.
+    assert request == (client_id, client_id, "r2", "acme", "UNSET", 1200.0)
+    # The earlier attempt: a row of its own under its server span's id, with the client's tenant only.
+    assert first[1:] == (None, "r1", "acme", "ERROR", 500.0)
+    assert first[0] not in (client_id, None)
+    # The client's score belongs to the request once, not to every attempt.
+    assert service.rows("SELECT span_id FROM llm_request_scores WHERE trace_id = ?", [trace_id]) == [(client_id,)]
