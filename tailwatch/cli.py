@@ -13,9 +13,7 @@ from typing import Any
 
 import duckdb
 
-from storage.export import ExportError
 from tailwatch import __version__
-from tailwatch.client import ClientError
 from tailwatch.settings import CONFIG_ENV, Settings, SettingsError, load_settings
 
 log = logging.getLogger("tailwatch")
@@ -193,16 +191,29 @@ def _target(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", help="API bearer token (default: api.token, e.g. $TAILWATCH_API__TOKEN)")
 
 
-def _client(settings: Settings, args: argparse.Namespace) -> Any:
-    from tailwatch.client import Target
+def _analyst(run: Any) -> Any:
+    """A command that talks to a service or a file: its failures are one line on stderr and exit code 1."""
 
-    if args.url and args.db:
-        raise SettingsError("give --url or --db, not both")
-    return Target.resolve(settings, args.url, args.db, args.token)
+    def wrapped(settings: Settings, args: argparse.Namespace) -> int:
+        # Imported here so `tailwatch --help` does not load Arrow and Polars.
+        from storage.export import ExportError
+        from tailwatch.client import ClientError, Target
+
+        if args.url and args.db:
+            raise SettingsError("give --url or --db, not both")
+        try:
+            code: int = run(settings, args, Target.resolve(settings, args.url, args.db, args.token))
+        except (ClientError, ExportError) as exc:
+            print(f"tailwatch: {exc}", file=sys.stderr)
+            return 1
+        return code
+
+    return wrapped
 
 
-def _sql(settings: Settings, args: argparse.Namespace) -> int:
-    answer = _client(settings, args).sql(args.statement, args.format)
+@_analyst
+def _sql(settings: Settings, args: argparse.Namespace, target: Any) -> int:
+    answer = target.sql(args.statement, args.format)
     text = answer.body if isinstance(answer.body, str) else answer.body.decode()
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if answer.truncated:
@@ -214,10 +225,10 @@ def _sql(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _export(settings: Settings, args: argparse.Namespace) -> int:
+@_analyst
+def _export(settings: Settings, args: argparse.Namespace, target: Any) -> int:
     from pathlib import Path
 
-    target = _client(settings, args)
     for dataset in args.dataset or ["requests", "scores", "spans"]:
         rows = target.export(dataset, args.since, args.until, Path(args.to))
         print(f"{dataset}: {rows} rows -> {Path(args.to) / dataset}")
@@ -332,9 +343,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         print(f"tailwatch: {exc.args[0]}", file=sys.stderr)
         return 2
-    except (ClientError, ExportError) as exc:
-        print(f"tailwatch: {exc}", file=sys.stderr)
-        return 1
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             db = getattr(args, "db", None) or os.environ.get("TAILWATCH_DB") or "the database"
