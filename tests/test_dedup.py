@@ -1,0 +1,282 @@
+"""Retried spans are stored once: the writer's window of recent span identities, its bounds, and its rebuild
+after a restart (from the newest stored span, not from the clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from prometheus_client import CollectorRegistry
+
+from collector.model import SPAN_BATCH_SCHEMA
+from storage import migrate
+from storage.database import open_database
+from storage.dedup import RecentSpans, span_keys
+from storage.writer import Writer, WriteResult, WriterMetrics
+
+WINDOW = 300.0
+T = 1_795_000_000.0  # 2026-11-18, a whole second: ingested_at keeps it exactly
+TIMEOUT = 30
+
+
+class Clock:
+    """The writer's clock, moved by the test."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def spans(*ids: str) -> pa.Table:
+    start = datetime(2026, 11, 18, 12, 0, 0)
+    end = datetime(2026, 11, 18, 12, 0, 2)
+    rows = [
+        {
+            "trace_id": f"trace-{i}",
+            "span_id": f"span-{i}",
+            "name": "llm_request",
+            "kind": "SERVER",
+            "start_time": start,
+            "end_time": end,
+            "duration_ms": 2000.0,
+            "status_code": "UNSET",
+        }
+        for i in ids
+    ]
+    return pa.Table.from_pylist(rows, schema=SPAN_BATCH_SCHEMA)
+
+
+@contextmanager
+def writer_on(
+    db: Path,
+    clock: Clock,
+    *,
+    window: float = WINDOW,
+    max_spans: int = 1_000_000,
+    registry: CollectorRegistry | None = None,
+) -> Iterator[Writer]:
+    """A started writer on the migrated database file; closed (and the file released) on exit."""
+    con = open_database(db)
+    migrate.upgrade(con)
+    writer = Writer(
+        con,
+        max_queued_spans=10_000,
+        dedup_window_seconds=window,
+        dedup_max_spans=max_spans,
+        metrics=WriterMetrics(registry or CollectorRegistry()),
+        clock=clock,
+    )
+    writer.start()
+    try:
+        yield writer
+    finally:
+        writer.close(timeout=TIMEOUT)
+        con.close()
+
+
+def write(writer: Writer, table: pa.Table) -> WriteResult:
+    future = writer.try_submit(table)
+    assert future is not None
+    return future.result(timeout=TIMEOUT)
+
+
+def gauge(writer: Writer, registry: CollectorRegistry) -> float | None:
+    """The dedup gauge once the writer has finished its last commit (a job runs only after it)."""
+    writer.submit(lambda _con: None).result(timeout=TIMEOUT)
+    return registry.get_sample_value("tailwatch_dedup_window_seconds")
+
+
+def stored(db: Path) -> dict[str, int]:
+    """How many rows each span_id has in the file."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return dict(con.execute("SELECT span_id, count(*) FROM spans GROUP BY span_id").fetchall())
+    finally:
+        con.close()
+
+
+def keys(*ids: str) -> list[int]:
+    return span_keys(spans(*ids)).to_list()
+
+
+# --- the writer across a restart ------------------------------------------------------------------------
+
+
+def test_a_retry_after_a_restart_longer_than_the_window_is_still_a_duplicate(tmp_path: Path) -> None:
+    db = tmp_path / "restart.duckdb"
+    with writer_on(db, Clock(T)) as writer:
+        assert write(writer, spans("a", "b", "c")) == WriteResult(inserted=3, duplicates=0)
+    # The process was down for an hour more than the window: measured from the clock, the stored spans
+    # would all be too old to remember; measured from the newest stored span, they are the window.
+    with writer_on(db, Clock(T + WINDOW + 3600)) as writer:
+        assert write(writer, spans("a", "b", "c", "d")) == WriteResult(inserted=1, duplicates=3)
+        assert write(writer, spans("d", "a")) == WriteResult(inserted=0, duplicates=2)
+    assert stored(db) == {"span-a": 1, "span-b": 1, "span-c": 1, "span-d": 1}
+
+
+def test_the_rebuilt_window_reaches_back_exactly_the_window_from_the_newest_stored_span(tmp_path: Path) -> None:
+    db = tmp_path / "edge.duckdb"
+    clock = Clock(T - WINDOW - 1)
+    with writer_on(db, clock) as writer:
+        write(writer, spans("outside"))
+        clock.now = T - WINDOW
+        write(writer, spans("edge"))
+        clock.now = T
+        write(writer, spans("newest"))
+    with writer_on(db, Clock(T + 10 * WINDOW)) as writer:
+        # A span stored exactly one window before the newest is remembered; one a second older is not
+        # (it is stored again: the window is the promise, not forever).
+        assert write(writer, spans("edge", "newest")) == WriteResult(inserted=0, duplicates=2)
+        assert write(writer, spans("outside")) == WriteResult(inserted=1, duplicates=0)
+    assert stored(db) == {"span-outside": 2, "span-edge": 1, "span-newest": 1}
+
+
+def test_an_empty_database_starts_with_an_empty_window(tmp_path: Path) -> None:
+    db = tmp_path / "empty.duckdb"
+    with writer_on(db, Clock(T)) as writer:
+        assert writer.submit(lambda _con: len(writer._recent)).result(timeout=TIMEOUT) == 0
+        assert write(writer, spans("a", "a", "b")) == WriteResult(inserted=2, duplicates=1)
+    assert stored(db) == {"span-a": 1, "span-b": 1}
+
+
+# --- the count bound ------------------------------------------------------------------------------------
+
+
+def test_max_spans_evicts_the_oldest_chunks_first() -> None:
+    recent = RecentSpans(window_seconds=100, max_spans=5)
+    chunks = [[10, 11], [20, 21], [30, 31], [40, 41]]
+    for at, chunk in enumerate(chunks):
+        recent.add(chunk, at=float(at))
+        assert len(recent) <= 5
+    assert len(recent) == 4
+    assert recent.contains([10, 11, 20, 21, 30, 31, 40, 41]) == [False] * 4 + [True] * 4
+    # The count bound binds: duplicates are caught only as far back as the oldest chunk left, 1 s.
+    assert recent.covered_seconds(3.0) == 1.0
+    assert recent.covered_seconds(3.0) < recent.window_seconds
+
+
+def test_when_the_count_bound_does_not_bind_the_whole_age_is_covered() -> None:
+    recent = RecentSpans(window_seconds=100, max_spans=8)
+    for at, chunk in enumerate([[10, 11], [20, 21], [30, 31], [40, 41]]):
+        recent.add(chunk, at=float(at))
+    assert len(recent) == 8
+    assert recent.contains([10, 41]) == [True, True]
+    assert recent.covered_seconds(3.0) == 3.0
+    assert recent.covered_seconds(50.0) == 50.0
+    # One more key than max_spans: only the oldest chunk goes.
+    recent.add([50], at=4.0)
+    assert len(recent) == 7
+    assert recent.contains([10, 11, 20, 50]) == [False, False, True, True]
+    assert recent.covered_seconds(4.0) == 3.0
+
+
+def test_the_writer_reports_a_shortened_window_when_max_spans_binds(tmp_path: Path) -> None:
+    db = tmp_path / "bound.duckdb"
+    registry = CollectorRegistry()
+    clock = Clock(T)
+    with writer_on(db, clock, max_spans=4, registry=registry) as writer:
+        for step, pair in enumerate([("a1", "a2"), ("b1", "b2"), ("c1", "c2")]):
+            clock.now = T + 10 * step
+            assert write(writer, spans(*pair)) == WriteResult(inserted=2, duplicates=0)
+        assert writer.submit(lambda _con: len(writer._recent)).result(timeout=TIMEOUT) == 4
+        # Six spans in, four remembered: the first commit (T) was forgotten, so the window reaches back
+        # only to the second (T + 10), 10 s rather than 20 s, and far less than the configured 300 s.
+        assert gauge(writer, registry) == 10.0
+        # The newest are still caught; the evicted oldest are not (stored a second time).
+        assert write(writer, spans("b1", "c2")) == WriteResult(inserted=0, duplicates=2)
+        assert write(writer, spans("a1")) == WriteResult(inserted=1, duplicates=0)
+    assert stored(db) == {"span-a1": 2, "span-a2": 1, "span-b1": 1, "span-b2": 1, "span-c1": 1, "span-c2": 1}
+
+
+def test_the_writer_reports_the_full_age_when_max_spans_does_not_bind(tmp_path: Path) -> None:
+    db = tmp_path / "unbound.duckdb"
+    registry = CollectorRegistry()
+    clock = Clock(T)
+    with writer_on(db, clock, max_spans=100, registry=registry) as writer:
+        for step, pair in enumerate([("a1", "a2"), ("b1", "b2"), ("c1", "c2")]):
+            clock.now = T + 10 * step
+            write(writer, spans(*pair))
+        assert gauge(writer, registry) == 20.0
+        assert write(writer, spans("a1", "c2")) == WriteResult(inserted=0, duplicates=2)
+        # Past the window by age, the gauge shows the window (the oldest chunk left is one window old).
+        clock.now = T + 20 + WINDOW
+        write(writer, spans("d1"))
+        assert gauge(writer, registry) == WINDOW
+    assert set(stored(db).values()) == {1}
+
+
+# --- the age bound --------------------------------------------------------------------------------------
+
+
+def test_a_chunk_exactly_one_window_old_stays_and_an_older_one_goes() -> None:
+    recent = RecentSpans(window_seconds=60, max_spans=1000)
+    recent.add([1], at=0.0)
+    recent.add([2], at=60.0)  # horizon 0: the first chunk is exactly window_seconds old
+    assert recent.contains([1, 2]) == [True, True]
+    assert recent.covered_seconds(60.0) == 60.0
+    recent.evict(60.0)
+    assert recent.contains([1]) == [True]
+    recent.evict(60.5)  # horizon 0.5: now older than the window
+    assert recent.contains([1, 2]) == [False, True]
+    assert len(recent) == 1
+    assert recent.covered_seconds(60.5) == 0.5
+
+
+def test_adding_later_evicts_by_age_and_an_empty_window_covers_nothing() -> None:
+    recent = RecentSpans(window_seconds=60, max_spans=1000)
+    assert recent.covered_seconds(100.0) == 0.0
+    assert recent.oldest_ingest() is None
+    recent.add([1, 2], at=0.0, since=-5.0)
+    recent.add([3], at=30.0)
+    assert recent.oldest_ingest() == -5.0
+    recent.add([4], at=90.0)  # horizon 30: the chunk at 0 goes, the one at 30 stays
+    assert recent.contains([1, 2, 3, 4]) == [False, False, True, True]
+    assert recent.oldest_ingest() == 30.0
+    recent.add([], at=1000.0)  # nothing to add evicts nothing
+    assert len(recent) == 2
+    recent.evict(1000.0)
+    assert len(recent) == 0
+    assert recent.covered_seconds(1000.0) == 0.0
+    assert recent.oldest_ingest() is None
+
+
+# --- collisions -----------------------------------------------------------------------------------------
+
+
+def test_a_remembered_key_is_confirmed_against_the_table_before_a_span_is_dropped(tmp_path: Path) -> None:
+    db = tmp_path / "collision.duckdb"
+    with writer_on(db, Clock(T)) as writer:
+        assert write(writer, spans("stored")) == WriteResult(inserted=1, duplicates=0)
+        # A 64-bit hash can collide: pretend a never-stored span's key is remembered (as a colliding key
+        # would be). Added on the writer's thread, like every change to the window.
+        writer.submit(lambda _con: writer._recent.add(keys("new"), at=T)).result(timeout=TIMEOUT)
+        assert writer.submit(lambda _con: writer._recent.contains(keys("new"))).result(timeout=TIMEOUT) == [True]
+        # The table has no such span, so it is stored; the real retry beside it is still dropped.
+        assert write(writer, spans("new", "stored")) == WriteResult(inserted=1, duplicates=1)
+    assert stored(db) == {"span-stored": 1, "span-new": 1}
+
+
+@pytest.mark.parametrize("same_trace", [True, False])
+def test_the_confirming_lookup_matches_trace_and_span_id_together(tmp_path: Path, same_trace: bool) -> None:
+    db = tmp_path / "pair.duckdb"
+    original = spans("x")
+    # The same trace with another span_id, or the same span_id under another trace, is a different span.
+    column, value = ("span_id", "span-other") if same_trace else ("trace_id", "trace-other")
+    other = original.set_column(original.schema.get_field_index(column), column, pa.array([value]))
+    with writer_on(db, Clock(T)) as writer:
+        write(writer, original)
+        writer.submit(lambda _con: writer._recent.add(span_keys(other).to_list(), at=T)).result(timeout=TIMEOUT)
+        assert write(writer, other) == WriteResult(inserted=1, duplicates=0)
+        assert write(writer, original) == WriteResult(inserted=0, duplicates=1)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans").fetchall() == [(2, 2)]
+    finally:
+        con.close()
