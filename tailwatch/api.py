@@ -312,7 +312,12 @@ class _SqlHandlers:
                 if request.transport is not None:
                     request.transport.close()
                 return response
-            await response.write_eof()
+            try:
+                await response.write_eof()
+            except ConnectionResetError:
+                # Every batch and the end-of-stream marker went out; a reader that hangs up once it has
+                # the marker has all the data, so this is not an export failure.
+                log.debug("export reader closed before the final chunk")
             return response
         finally:
             stop = True

@@ -3,6 +3,8 @@ service's export is the file's export value for value, not just row for row."""
 
 from __future__ import annotations
 
+import logging
+
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -200,8 +202,9 @@ def assert_same_content(file_export: Path, api_export: Path) -> int:
 
 @pytest.mark.parametrize("source", ["hand-built", "simulated"])
 def test_export_through_the_service_equals_the_file_export_value_for_value(
-    request: pytest.FixtureRequest, tmp_path: Path, source: str
+    request: pytest.FixtureRequest, tmp_path: Path, source: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING)
     shared = request.getfixturevalue("bounds_db" if source == "hand-built" else "simulated_db")
     db = copy_of(shared, tmp_path / "db")
     since, until = (SINCE, UNTIL) if source == "hand-built" else (END - timedelta(hours=2), END + timedelta(hours=1))
@@ -212,6 +215,8 @@ def test_export_through_the_service_equals_the_file_export_value_for_value(
         assert api_target.url == svc.api_url
         via_api = {d: api_target.export(d, since, until, tmp_path / "via-api") for d in DATASETS}
     assert via_api == written
+    # A reader that hangs up once it has the end-of-stream marker got everything: no error in the log.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     for dataset in DATASETS:
         rows = assert_same_content(tmp_path / "via-file" / dataset, tmp_path / "via-api" / dataset)
         assert rows == written[dataset] > 0, dataset
