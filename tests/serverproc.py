@@ -11,6 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -55,6 +57,27 @@ class ServerProcess:
         self.proc.wait(10)
 
     def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM, then the exit code; fails the test (and kills the process) if it has not exited in time."""
+        self.send_sigterm()
+        return self.wait(timeout)
+
+    def send_sigterm(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+
+    def wait(self, timeout: float = 60) -> int:
+        """The exit code; fails the test (and kills the process) if it has not exited within `timeout` s."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"tailwatch serve had not exited after {timeout:g} s:\n{self.log.read_text()}")
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """A test that failed half-way leaves no server behind."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()

@@ -6,7 +6,6 @@ import json
 import random
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind
 from receivers import Alertmanager, WebhookReceiver
+from waiting import HANG_GUARD, wait_until
 
 NS = 1_000_000_000
 
@@ -96,7 +96,7 @@ def test_a_planted_decode_spike_fires_once_and_reaches_the_webhook_and_alertmana
     )
     cmd = [sys.executable, "-m", "tailwatch", "detect", "--once", "--at", at.isoformat() + "Z",
            "--db", str(db_path), "--config", str(config), "--detector", "token_latency"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=HANG_GUARD * 5).stdout
     assert "token_latency: window" in out and "firing" in out
 
     con = duckdb.connect(str(db_path), read_only=True)
@@ -115,17 +115,15 @@ def test_a_planted_decode_spike_fires_once_and_reaches_the_webhook_and_alertmana
     assert firing and firing[0]["detector"] == "token_latency"
     assert {a["labels"]["alertname"] for a in firing[0]["alerts"]} == {"tailwatch_token_latency"}
 
-    deadline = time.monotonic() + 10
-    names: set[str] = set()
-    while time.monotonic() < deadline and "tailwatch_token_latency" not in names:
-        names = {a["labels"]["alertname"] for a in alertmanager.alerts()}
-        time.sleep(0.2)
-    assert "tailwatch_token_latency" in names
+    wait_until(
+        lambda: "tailwatch_token_latency" in {a["labels"]["alertname"] for a in alertmanager.alerts()},
+        f"Alertmanager at {alertmanager.url} to list the tailwatch_token_latency alert",
+    )
 
     # The condition clears at a later evaluation with no spike: the alert resolves.
     later = at + timedelta(minutes=10)
     cmd[cmd.index("--at") + 1] = later.isoformat() + "Z"
-    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=HANG_GUARD * 5)
     con = duckdb.connect(str(db_path), read_only=True)
     states = con.execute("SELECT DISTINCT state FROM alerts").fetchall()
     con.close()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import polars as pl
+import pytest
 
-from detectors.base import Window
-from detectors.token_latency import Config, detect
+from detectors.alerts import evaluate
+from detectors.base import Condition, Detection, Severity, Window
+from detectors.token_latency import Config, detect, inputs
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 
@@ -91,3 +94,391 @@ def test_critical_at_three_times_the_baseline() -> None:
         WINDOW,
     )
     assert out.conditions[0].severity == "critical"
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact bounds: every threshold is "at least", so a value exactly on it breaches.
+# --------------------------------------------------------------------------------------------------
+
+
+def model_conditions(out: Detection) -> list[Condition]:
+    return [c for c in out.conditions if "tenant_id" not in c.labels]
+
+
+def model_row(out: Detection) -> dict[str, Any]:
+    rows = out.figures.filter(pl.col("grouping") == "model").to_dicts()
+    assert len(rows) == 1
+    return rows[0]
+
+
+def effective_severity(condition: Condition, config: Config) -> str:
+    """The severity the alert built from this condition carries."""
+    evaluation = evaluate(
+        "token_latency",
+        [condition],
+        {},
+        {},
+        for_evaluations=1,
+        default_severity=config.severity,
+        window=WINDOW,
+        at=WINDOW.end,
+    )
+    assert len(evaluation.fired) == 1
+    return evaluation.fired[0].severity
+
+
+@pytest.mark.parametrize(
+    ("window_p99", "fires"),
+    [(199.0, False), (200.0, True), (201.0, True)],
+    ids=["1.99x-silent", "exactly-2.0x-fires", "2.01x-fires"],
+)
+def test_ratio_threshold_is_reached_at_exactly_twice_the_baseline_p99(window_p99: float, fires: bool) -> None:
+    out = detect(
+        {"window": window_frame([window_p99] * 200), "baseline": baseline(100.0)}, Config(per_tenant=False), WINDOW
+    )
+    row = model_row(out)
+    assert row["ratio"] == pytest.approx(window_p99 / 100.0, rel=1e-12)
+    assert row["breached"] is fires
+    conditions = model_conditions(out)
+    assert len(conditions) == (1 if fires else 0)
+    if fires:
+        assert conditions[0].value == pytest.approx(window_p99 / 100.0, rel=1e-12)
+        assert conditions[0].threshold == 2.0
+
+
+@pytest.mark.parametrize(
+    ("window_p99", "severity", "effective"),
+    [
+        (201.0, None, "warning"),
+        (299.0, None, "warning"),
+        (300.0, Severity.CRITICAL, "critical"),
+        (301.0, Severity.CRITICAL, "critical"),
+    ],
+    ids=["2.01x-warning", "2.99x-warning", "exactly-3.0x-critical", "3.01x-critical"],
+)
+def test_alert_is_critical_from_exactly_the_critical_ratio_and_otherwise_takes_the_configured_severity(
+    window_p99: float, severity: Severity | None, effective: str
+) -> None:
+    config = Config(per_tenant=False)
+    out = detect({"window": window_frame([window_p99] * 200), "baseline": baseline(100.0)}, config, WINDOW)
+    [condition] = model_conditions(out)
+    assert condition.value == pytest.approx(window_p99 / 100.0, rel=1e-12)
+    assert condition.severity == severity
+    assert effective_severity(condition, config) == effective
+
+
+def test_a_non_critical_breach_takes_whatever_severity_the_detector_is_configured_with() -> None:
+    config = Config(per_tenant=False, severity=Severity.INFO)
+    out = detect({"window": window_frame([250.0] * 200), "baseline": baseline(100.0)}, config, WINDOW)
+    [condition] = model_conditions(out)
+    assert condition.severity is None
+    assert effective_severity(condition, config) == "info"
+
+
+@pytest.mark.parametrize(
+    ("n", "fires"), [(49, False), (50, True), (51, True)], ids=["49-silent", "50-fires", "51-fires"]
+)
+def test_window_needs_at_least_min_samples_requests(n: int, fires: bool) -> None:
+    out = detect({"window": window_frame([250.0] * n), "baseline": baseline(100.0)}, Config(per_tenant=False), WINDOW)
+    row = model_row(out)
+    assert row["n"] == n
+    assert row["breached"] is fires
+    assert len(out.conditions) == (1 if fires else 0)
+
+
+@pytest.mark.parametrize(
+    ("baseline_n", "fires"), [(199, False), (200, True), (201, True)], ids=["199-silent", "200-fires", "201-fires"]
+)
+def test_baseline_needs_at_least_min_baseline_samples_requests(baseline_n: int, fires: bool) -> None:
+    out = detect(
+        {"window": window_frame([250.0] * 200), "baseline": baseline(100.0, n=baseline_n)},
+        Config(per_tenant=False),
+        WINDOW,
+    )
+    row = model_row(out)
+    assert row["baseline_n"] == baseline_n
+    assert row["breached"] is fires
+    assert len(out.conditions) == (1 if fires else 0)
+
+
+def test_a_group_without_any_baseline_never_breaches() -> None:
+    empty = baseline(100.0).clear()
+    out = detect({"window": window_frame([900.0] * 200), "baseline": empty}, Config(), WINDOW)
+    assert out.conditions == []
+    assert out.figures["breached"].to_list() == [False, False]
+    assert out.figures["reason"].to_list() == [None, None]
+
+
+# --------------------------------------------------------------------------------------------------
+# Reasons: each threshold exactly, and their precedence.
+# All 100 window requests decode at 250 ms against a 100 ms baseline p99, so every one is "slow".
+# --------------------------------------------------------------------------------------------------
+
+
+def reason_of(frame: pl.DataFrame, base: pl.DataFrame | None = None) -> str:
+    out = detect(
+        {"window": frame, "baseline": baseline(100.0) if base is None else base}, Config(per_tenant=False), WINDOW
+    )
+    [condition] = out.conditions
+    reason = model_row(out)["reason"]
+    assert f"likely {reason}:" in condition.summary
+    return str(reason)
+
+
+@pytest.mark.parametrize(
+    ("big", "reason"),
+    [(49, "unknown"), (50, "prefill_burst"), (51, "prefill_burst")],
+    ids=["share-0.49", "share-exactly-0.5", "share-0.51"],
+)
+def test_prefill_burst_from_exactly_half_the_slow_requests_beside_a_big_prefill(big: int, reason: str) -> None:
+    frame = window_frame([250.0] * 100, prefill_tokens_in_batch=[6000] * big + [500] * (100 - big))
+    assert reason_of(frame) == reason
+
+
+@pytest.mark.parametrize(
+    ("prefill_tokens", "reason"),
+    [(3999, "unknown"), (4000, "unknown"), (4001, "prefill_burst")],
+    ids=["3999-tokens", "exactly-4000-tokens-is-not-more", "4001-tokens"],
+)
+def test_a_big_prefill_is_strictly_more_than_prefill_tokens_threshold(prefill_tokens: int, reason: str) -> None:
+    frame = window_frame([250.0] * 100, prefill_tokens_in_batch=[prefill_tokens] * 100)
+    assert reason_of(frame) == reason
+
+
+def test_prefill_share_counts_only_requests_slower_than_the_baseline_p99() -> None:
+    # 60 fast requests (one exactly at the baseline p99) saw big prefills; none of the 40 slow ones did.
+    tpots = [50.0] * 59 + [100.0] + [250.0] * 40
+    frame = window_frame(tpots, prefill_tokens_in_batch=[9000] * 60 + [500] * 40)
+    out = detect({"window": frame, "baseline": baseline(100.0)}, Config(per_tenant=False), WINDOW)
+    row = model_row(out)
+    assert row["prefill_share"] == 0.0
+    assert row["reason"] == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("baseline_cache", "window_cache", "reason"),
+    [
+        (0.14, 0.0, "unknown"),
+        (0.15, 0.0, "kv_eviction"),
+        (0.16, 0.0, "kv_eviction"),
+        (0.9, 0.76, "unknown"),
+        (0.9, 0.74, "kv_eviction"),
+        (0.5, 0.9, "unknown"),
+    ],
+    ids=["drop-0.14", "drop-exactly-0.15", "drop-0.16", "0.9-to-0.76", "0.9-to-0.74", "cache-rose"],
+)
+def test_kv_eviction_from_a_cache_hit_drop_of_exactly_kv_drop_threshold(
+    baseline_cache: float, window_cache: float, reason: str
+) -> None:
+    frame = window_frame([250.0] * 100, cache_hit_ratio=[window_cache] * 100)
+    assert reason_of(frame, baseline(100.0, cache=baseline_cache)) == reason
+
+
+@pytest.mark.parametrize(
+    ("queue_ms", "reason"),
+    [(999.0, "unknown"), (1000.0, "scheduler_starve"), (1001.0, "scheduler_starve")],
+    ids=["share-0.4995", "share-exactly-0.5", "share-0.5005"],
+)
+def test_scheduler_starve_from_a_median_queue_share_of_exactly_half(queue_ms: float, reason: str) -> None:
+    frame = window_frame([250.0] * 100, queue_ms=[queue_ms] * 100, e2e_ms=[2000.0] * 100)
+    assert reason_of(frame) == reason
+
+
+@pytest.mark.parametrize(
+    ("prefill", "cache_drop", "queued", "reason"),
+    [
+        (True, True, True, "prefill_burst"),
+        (True, False, True, "prefill_burst"),
+        (True, True, False, "prefill_burst"),
+        (False, True, True, "kv_eviction"),
+        (False, False, True, "scheduler_starve"),
+        (False, False, False, "unknown"),
+    ],
+    ids=["all-three", "prefill-and-queue", "prefill-and-cache", "cache-and-queue", "queue-only", "none"],
+)
+def test_reason_precedence_is_prefill_burst_then_kv_eviction_then_scheduler_starve_then_unknown(
+    prefill: bool, cache_drop: bool, queued: bool, reason: str
+) -> None:
+    frame = window_frame(
+        [250.0] * 100,
+        prefill_tokens_in_batch=[6000 if prefill else 500] * 100,
+        cache_hit_ratio=[0.5 if cache_drop else 0.9] * 100,
+        queue_ms=[1500.0 if queued else 5.0] * 100,
+    )
+    assert reason_of(frame, baseline(100.0, cache=0.9)) == reason
+
+
+# --------------------------------------------------------------------------------------------------
+# Figures: every column worked out by hand on a five-request frame.
+# --------------------------------------------------------------------------------------------------
+
+FIVE = pl.DataFrame(
+    {
+        "model": ["llama"] * 5,
+        "deployment": ["vllm-a"] * 5,
+        "tenant_id": ["acme", "globex", "acme", "globex", "globex"],
+        "tpot_ms": [10.0, 20.0, 30.0, 40.0, 50.0],
+        # tpot 10 and 20 are not above the 20 ms baseline p99: their big prefills do not count.
+        "prefill_tokens_in_batch": [9000, 9000, 6000, 4000, 4001],
+        "cache_hit_ratio": [0.5, 0.25, 0.75, 1.0, 0.0],
+        "queue_ms": [100.0, 200.0, 300.0, 400.0, 500.0],
+        "e2e_ms": [1000.0] * 5,
+    }
+)
+FIVE_BASELINE = pl.DataFrame(
+    [
+        ("llama", "vllm-a", None, True, 900, 20.0, 0.75),
+        ("llama", "vllm-a", "acme", False, 300, 10.0, 0.5),
+        ("llama", "vllm-a", "globex", False, 600, 25.0, 0.875),
+    ],
+    schema=[
+        "model",
+        "deployment",
+        "tenant_id",
+        "model_level",
+        "baseline_n",
+        "baseline_p99",
+        "baseline_cache_hit_mean",
+    ],
+    orient="row",
+)
+LOW_BOUNDS = {"min_samples": 1, "min_baseline_samples": 1}
+
+
+def approx(value: float) -> Any:
+    return pytest.approx(value, rel=1e-12)
+
+
+def test_model_figures_are_computed_exactly_with_linear_interpolated_percentiles() -> None:
+    out = detect({"window": FIVE, "baseline": FIVE_BASELINE}, Config(per_tenant=False, **LOW_BOUNDS), WINDOW)
+    assert out.figures.height == 1
+    row = model_row(out)
+    assert row == {
+        "model": "llama",
+        "deployment": "vllm-a",
+        "tenant_id": None,
+        "n": 5,
+        "tpot_p50": approx(30.0),
+        "tpot_p99": approx(49.6),  # rank 0.99 * 4 = 3.96: 40 + 0.96 * (50 - 40)
+        "baseline_n": 900,
+        "baseline_p99": 20.0,
+        "cache_hit_mean": approx(0.5),
+        "baseline_cache_hit_mean": 0.75,
+        "queue_share": approx(0.3),  # median of 0.1 .. 0.5
+        "prefill_share": approx(2 / 3),  # slow: 30 ms (6000), 40 ms (4000, not more), 50 ms (4001)
+        "grouping": "model",
+        "ratio": approx(49.6 / 20.0),
+        "breached": True,
+        "reason": "prefill_burst",
+        "window_start": WINDOW.start,
+        "window_end": WINDOW.end,
+    }
+
+
+def test_per_tenant_adds_one_row_per_tenant_measured_against_its_own_baseline() -> None:
+    out = detect({"window": FIVE, "baseline": FIVE_BASELINE}, Config(per_tenant=True, **LOW_BOUNDS), WINDOW)
+    rows = {(r["grouping"], r["tenant_id"]): r for r in out.figures.to_dicts()}
+    assert set(rows) == {("model", None), ("tenant", "acme"), ("tenant", "globex")}
+    assert rows[("model", None)]["tpot_p99"] == approx(49.6)
+
+    acme = rows[("tenant", "acme")]  # tpot 10, 30
+    assert (acme["n"], acme["baseline_n"], acme["baseline_p99"]) == (2, 300, 10.0)
+    assert acme["tpot_p50"] == approx(20.0)
+    assert acme["tpot_p99"] == approx(29.8)  # rank 0.99: 10 + 0.99 * 20
+    assert acme["ratio"] == approx(2.98)
+    assert acme["cache_hit_mean"] == approx(0.625)
+    assert acme["baseline_cache_hit_mean"] == 0.5
+    assert acme["queue_share"] == approx(0.2)
+    assert acme["prefill_share"] == approx(1.0)  # both above 10 ms; 9000 and 6000 tokens
+    assert (acme["breached"], acme["reason"]) == (True, "prefill_burst")
+
+    globex = rows[("tenant", "globex")]  # tpot 20, 40, 50
+    assert (globex["n"], globex["baseline_n"], globex["baseline_p99"]) == (3, 600, 25.0)
+    assert globex["tpot_p50"] == approx(40.0)
+    assert globex["tpot_p99"] == approx(49.8)  # rank 1.98: 40 + 0.98 * 10
+    assert globex["ratio"] == approx(49.8 / 25.0)
+    assert globex["cache_hit_mean"] == approx(0.4166666666666667)
+    assert globex["queue_share"] == approx(0.4)
+    assert globex["prefill_share"] == approx(0.5)  # 40 ms (4000) and 50 ms (4001)
+    assert (globex["breached"], globex["reason"]) == (False, None)
+
+    labels = sorted((dict(c.labels) for c in out.conditions), key=len)
+    assert labels == [
+        {"model": "llama", "deployment": "vllm-a"},
+        {"model": "llama", "deployment": "vllm-a", "tenant_id": "acme"},
+    ]
+
+
+def test_per_tenant_off_gives_only_the_model_grouping() -> None:
+    out = detect({"window": FIVE, "baseline": FIVE_BASELINE}, Config(per_tenant=False, **LOW_BOUNDS), WINDOW)
+    assert out.figures["grouping"].to_list() == ["model"]
+    assert out.figures["tenant_id"].to_list() == [None]
+    assert [dict(c.labels) for c in out.conditions] == [{"model": "llama", "deployment": "vllm-a"}]
+
+
+# --------------------------------------------------------------------------------------------------
+# Summary text and labels.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_summary_names_the_ratio_to_one_decimal_the_baseline_hours_and_the_group() -> None:
+    config = Config(per_tenant=True, baseline_hours=6)
+    out = detect({"window": window_frame([244.0] * 200), "baseline": baseline(100.0)}, config, WINDOW)
+    by_len = sorted(out.conditions, key=lambda c: len(c.labels))
+    assert [dict(c.labels) for c in by_len] == [
+        {"model": "llama", "deployment": "vllm-a"},
+        {"model": "llama", "deployment": "vllm-a", "tenant_id": "acme"},
+    ]
+    assert by_len[0].summary == (
+        "tpot p99 244.0 ms is 2.4x the 6h baseline 100.0 ms for model=llama, deployment=vllm-a "
+        "over 2026-11-20 12:00–12:05 UTC (n=200); likely unknown: no prefill burst, cache drop or queueing explains it"
+    )
+    assert by_len[1].summary.startswith(
+        "tpot p99 244.0 ms is 2.4x the 6h baseline 100.0 ms for model=llama, deployment=vllm-a, tenant_id=acme over "
+    )
+    assert by_len[0].value == pytest.approx(2.44, rel=1e-12)
+
+
+def test_summary_keeps_fractional_baseline_hours_and_the_reason_evidence() -> None:
+    config = Config(per_tenant=False, baseline_hours=1.5)
+    frame = window_frame([250.0] * 100, prefill_tokens_in_batch=[6000] * 75 + [500] * 25)
+    [condition] = detect({"window": frame, "baseline": baseline(100.0)}, config, WINDOW).conditions
+    assert condition.summary == (
+        "tpot p99 250.0 ms is 2.5x the 1.5h baseline 100.0 ms for model=llama, deployment=vllm-a "
+        "over 2026-11-20 12:00–12:05 UTC (n=100); likely prefill_burst: "
+        "75% of the slow requests decoded beside > 4000 prefill tokens"
+    )
+
+
+@pytest.mark.parametrize(
+    ("columns", "base_cache", "evidence"),
+    [
+        (
+            {"cache_hit_ratio": [0.5] * 100},
+            0.9,
+            "likely kv_eviction: cache hit ratio fell to 0.50 from a baseline 0.90",
+        ),
+        (
+            {"queue_ms": [1200.0] * 100, "e2e_ms": [2000.0] * 100},
+            0.9,
+            "likely scheduler_starve: the median request spent 60% of its time queued",
+        ),
+    ],
+    ids=["kv_eviction", "scheduler_starve"],
+)
+def test_summary_ends_with_the_figures_behind_the_reason(
+    columns: dict[str, list[object]], base_cache: float, evidence: str
+) -> None:
+    frame = window_frame([250.0] * 100, **columns)
+    [condition] = detect(
+        {"window": frame, "baseline": baseline(100.0, cache=base_cache)}, Config(per_tenant=False), WINDOW
+    ).conditions
+    assert condition.summary.endswith(evidence)
+
+
+def test_baseline_query_ends_at_the_last_full_hour_before_the_window() -> None:
+    window = Window(datetime(2026, 11, 20, 12, 7), datetime(2026, 11, 20, 12, 12))
+    queries = inputs(Config(baseline_hours=6), window)
+    assert queries["window"].params == (window.start, window.end)
+    assert queries["baseline"].params == (datetime(2026, 11, 20, 6, 0), datetime(2026, 11, 20, 12, 0))
+    assert queries["baseline"].cacheable and not queries["window"].cacheable

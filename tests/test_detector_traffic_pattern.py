@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -271,7 +270,9 @@ def test_a_healthy_dataset_with_bursts_fires_nothing() -> None:
     assert out.figures["n"].sum() == labels(out)["requests"].sum()
 
 
-def test_three_hundred_thousand_requests_are_labelled_in_well_under_two_seconds() -> None:
+def test_three_hundred_thousand_requests_are_all_labelled() -> None:
+    """Every request of a busy window gets a label. How long labelling takes is measured by
+    bench/traffic_pattern.py on the same frames, not asserted here (a loaded machine would make it flaky)."""
     n = 300_000
     span_us = int((WINDOW.end - WINDOW.start).total_seconds() * 1e6)
     i = pl.int_range(n)
@@ -294,11 +295,8 @@ def test_three_hundred_thousand_requests_are_labelled_in_well_under_two_seconds(
         name=pl.lit("json_adherence"),
         score=pl.lit(0.8),
     )
-    started = time.perf_counter()
     out = run(requests, scores)
-    elapsed = time.perf_counter() - started
     assert labels(out)["requests"].sum() == n
-    assert elapsed < 2.0, f"labelling {n} requests took {elapsed:.2f} s"
 
 
 def test_empty_frames_give_no_conditions_and_typed_empty_tables() -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
 import grpc
+import pytest
 from builders import request, span
 from conftest import RunningService, service_settings
 from serverproc import ServerProcess
+from waiting import HANG_GUARD, wait_until
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -61,8 +64,33 @@ def test_a_retry_after_restart_is_still_recognised(db_path: Path) -> None:
 
 def test_kill_9_while_sending_loses_no_acknowledged_span_and_retries_do_not_duplicate(tmp_path: Path) -> None:
     db = tmp_path / "crash.duckdb"
-    server = ServerProcess(db, tmp_path / "serve.log", TAILWATCH_INGEST__DECODE_WORKERS="1").start()
     batches = make_requests(400, 200)
+    with ServerProcess(db, tmp_path / "serve.log", TAILWATCH_INGEST__DECODE_WORKERS="1") as server:
+        server.start()
+        acked_before_crash = send_and_kill_mid_stream(server, batches)
+    assert 60 <= len(acked_before_crash) < len(batches)
+
+    # Every acknowledged span is on disk after the crash.
+    stored = stored_span_ids(db)
+    for i in acked_before_crash:
+        assert batches[i][0] <= set(stored)
+
+    # The exporter retries everything it had no answer for, and (lost responses) some it had.
+    with ServerProcess(db, tmp_path / "serve.log", TAILWATCH_INGEST__DECODE_WORKERS="1") as restarted:
+        restarted.start()
+        with grpc.insecure_channel(restarted.grpc_target) as ch:
+            call = ch.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            for i in range(len(batches)):
+                if i not in acked_before_crash or i % 10 == 0:
+                    call(batches[i][1], timeout=30)
+        assert restarted.terminate() == 0
+
+    stored = stored_span_ids(db)
+    assert len(stored) == len(set(stored)) == 400 * 200
+
+
+def send_and_kill_mid_stream(server: ServerProcess, batches: list[tuple[set[str], bytes]]) -> set[int]:
+    """Send every batch, 4 in flight; SIGKILL the server once 60 are acknowledged. Returns the acknowledged."""
     acked: set[int] = set()
     lock = threading.Lock()
     stop = threading.Event()
@@ -80,46 +108,74 @@ def test_kill_9_while_sending_loses_no_acknowledged_span_and_retries_do_not_dupl
 
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(send, i) for i in range(len(batches))]
-        while len(acked) < 60:
-            threading.Event().wait(0.01)
-        server.kill()  # mid-stream: other requests are being decoded and committed right now
-        stop.set()
+        try:
+            wait_until(lambda: len(acked) >= 60, "60 acknowledged requests before the crash", timeout=120)
+            server.kill()  # mid-stream: other requests are being decoded and committed right now
+        finally:
+            stop.set()  # the sends not yet started return at once, also when the wait failed
         for f in futures:
-            f.result()
-    acked_before_crash = set(acked)
-    assert 60 <= len(acked_before_crash) < len(batches)
-
-    # Every acknowledged span is on disk after the crash.
-    stored = stored_span_ids(db)
-    for i in acked_before_crash:
-        assert batches[i][0] <= set(stored)
-
-    # The exporter retries everything it had no answer for, and (lost responses) some it had.
-    restarted = ServerProcess(db, tmp_path / "serve.log", TAILWATCH_INGEST__DECODE_WORKERS="1").start()
-    with grpc.insecure_channel(restarted.grpc_target) as ch:
-        call = ch.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
-        for i in range(len(batches)):
-            if i not in acked_before_crash or i % 10 == 0:
-                call(batches[i][1], timeout=30)
-    assert restarted.terminate() == 0
-
-    stored = stored_span_ids(db)
-    assert len(stored) == len(set(stored)) == 400 * 200
+            f.result(timeout=HANG_GUARD)  # each send has its own 20 s deadline
+    return set(acked)
 
 
-def test_sigterm_flushes_queued_spans_and_exits_zero(tmp_path: Path) -> None:
-    db = tmp_path / "term.duckdb"
-    server = ServerProcess(db, tmp_path / "serve.log").start()
-    batches = make_requests(20, 500)
-    with grpc.insecure_channel(server.grpc_target) as ch:
-        call = ch.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
-        pending = [call.future(payload, timeout=30) for _, payload in batches]
-        pending[0].result()  # the server is busy with the rest when the signal lands
-        code = server.terminate()
-        answered = [i for i, p in enumerate(pending) if p.exception() is None]
-    assert code == 0
-    assert "tailwatch stopped" in (tmp_path / "serve.log").read_text()
-    assert answered, "at least the first request was answered"
-    stored = set(stored_span_ids(db))
-    for i in answered:
-        assert batches[i][0] <= stored
+# What a retrying exporter does with a refusal: these it sends again later (gRPC reports a refused or
+# dropped connection as UNAVAILABLE too), so refusing with them loses nothing.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+
+def test_sigterm_acknowledges_or_retryably_refuses_every_request_stores_the_acknowledged_and_exits_zero(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM lands while most of 40 requests are still queued. Every request must end either
+    acknowledged, with all its spans stored exactly once, or refused with a status a retrying exporter
+    retries; nothing else (a cancelled, failed or never-answered request would be lost data). And some
+    request must be acknowledged after the server has begun stopping: a server that refused or cut off
+    its whole queue on SIGTERM would lose nothing, but it would not flush either."""
+    db, log = tmp_path / "term.duckdb", tmp_path / "serve.log"
+    batches = make_requests(40, 1000)
+    with ServerProcess(db, log) as server:
+        server.start()
+        with grpc.insecure_channel(server.grpc_target) as ch:
+            call = ch.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            pending = [call.future(payload, timeout=120) for _, payload in batches]
+            wait_until(lambda: any(p.done() for p in pending), "the first answer before SIGTERM", timeout=120)
+            server.send_sigterm()
+            # Answers sent before the server noticed the signal prove nothing about the shutdown path.
+            wait_until(lambda: "stopping: no new requests" in log.read_text(), "the server to log that it is stopping")
+            acked_before = {i for i, p in enumerate(pending) if p.done() and p.exception() is None}
+            code = server.wait(timeout=120)
+            errors = [answer(p) for p in pending]
+
+    acked = [i for i, err in enumerate(errors) if err is None]
+    refused = [i for i, err in enumerate(errors) if isinstance(err, grpc.RpcError) and err.code() in RETRYABLE]
+    other = {i: describe(errors[i]) for i in range(len(batches)) if i not in acked and i not in refused}
+    assert not other, f"requests neither acknowledged nor retryably refused: {other}"
+    assert code == 0, log.read_text()
+    assert "tailwatch stopped" in log.read_text()
+    assert len(acked_before) < len(batches), "all acknowledged before the server began stopping: nothing to flush"
+    assert set(acked) - acked_before, (
+        f"no request was acknowledged after the server began stopping ({len(acked_before)} were before it, "
+        f"{len(refused)} refused): the queue was refused or cut off, not flushed"
+    )
+
+    stored = Counter(stored_span_ids(db))
+    missing = {i: len(batches[i][0] - stored.keys()) for i in acked if not batches[i][0] <= stored.keys()}
+    assert not missing, f"acknowledged requests with spans missing after exit (request: spans missing): {missing}"
+    twice = {span_id: n for span_id, n in stored.items() if n > 1}
+    assert not twice, f"{len(twice)} spans stored more than once"
+    sent = set().union(*(ids for ids, _ in batches))
+    assert stored.keys() <= sent
+
+
+def answer(pending: grpc.Future) -> BaseException | None:
+    """The request's error, or None when it was acknowledged; fails the test if it never finished."""
+    try:
+        return pending.exception(timeout=HANG_GUARD)
+    except grpc.FutureTimeoutError:
+        pytest.fail(f"a request was still unanswered {HANG_GUARD:g} s after the server exited")
+
+
+def describe(error: BaseException | None) -> str:
+    if isinstance(error, grpc.RpcError):
+        return f"{error.code().name}: {error.details()}"
+    return repr(error)

@@ -4,7 +4,6 @@ service's export is the file's export value for value, not just row for row."""
 from __future__ import annotations
 
 import logging
-
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry
 from receivers import WebhookReceiver
+from waiting import HANG_GUARD, join, wait_until
 
 from detectors.alerts import evaluate
 from detectors.base import Condition, Severity, Window
@@ -76,14 +76,46 @@ def test_a_failing_webhook_is_retried_with_backoff_until_it_answers() -> None:
     receiver.server.shutdown()
 
 
-def test_publishing_to_a_dead_receiver_returns_at_once() -> None:
+def test_publishing_to_a_dead_receiver_does_not_wait_for_delivery_or_retries() -> None:
+    """publish only queues: it returns while the delivery thread is stuck backing off before a retry.
+
+    The backoff sleep is held until the test releases it, so nothing here depends on how fast the machine
+    is; a publish that waited for delivery would never return and the hang guard fails the test. How long
+    a publish takes is measured by bench/notify.py.
+    """
+    backing_off = threading.Event()
+    release = threading.Event()
+
+    def held_sleep(seconds: float) -> None:
+        backing_off.set()
+        release.wait(HANG_GUARD)
+
+    registry = CollectorRegistry()
     notifier = Notifier(
-        webhook_urls=("http://127.0.0.1:9/never",), max_attempts=3, backoff_seconds=5.0, sleep=lambda s: None
+        webhook_urls=("http://127.0.0.1:9/never",),
+        max_attempts=3,
+        backoff_seconds=5.0,
+        registry=registry,
+        sleep=held_sleep,
     )
-    started = time.perf_counter()
-    for _ in range(50):
-        notifier.publish("cache_curve", fired(), 300)
-    assert time.perf_counter() - started < 0.5
+
+    def outcome(name: str) -> float:
+        value = registry.get_sample_value("tailwatch_alert_notifications_total", {"sink": "webhook", "outcome": name})
+        return value or 0.0
+
+    try:
+        publisher = threading.Thread(
+            target=lambda: [notifier.publish("cache_curve", fired(), 300) for _ in range(50)], daemon=True
+        )
+        publisher.start()
+        join(publisher, "50 publishes to return (a publish that waits for delivery never does)")
+        wait_until(backing_off.is_set, "the first delivery to fail and back off before its retry")
+        # Every publish returned, yet delivery has not gone past the first notification's first backoff.
+        assert (outcome("retried"), outcome("failed")) == (1, 0)
+    finally:
+        release.set()
+    assert notifier.flush(HANG_GUARD)
+    assert (outcome("retried"), outcome("failed"), outcome("ok")) == (100, 50, 0)
     notifier.close()
 
 

@@ -15,6 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from waiting import HANG_GUARD, join, wait_until
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -44,7 +45,7 @@ def test_sdk_grpc_exporter_spans_all_land_in_the_spans_table(service: RunningSer
     for i in range(120):
         with tracer.start_as_current_span("chat llama-3", attributes={"gen_ai.request.model": "llama-3", "i": i}):
             pass
-    assert provider.force_flush(10_000)
+    assert provider.force_flush(int(HANG_GUARD * 1000)), "the SDK exporter did not finish in time"
     provider.shutdown()
 
     rows = service.rows("SELECT name, service_name, kind, attributes, resource FROM spans ORDER BY attributes->>'i'")
@@ -105,10 +106,10 @@ def test_overload_is_unavailable_with_retry_info_and_nothing_is_lost(db_path) ->
         sender = threading.Thread(target=lambda: first.append(raw_export(svc.grpc_target, first_payload)))
         sender.start()
         # The first request holds the only in-flight slot while the writer is blocked.
-        for _ in range(200):
-            if svc.metric("tailwatch_spans_received_total", transport="grpc") == 20:
-                break
-            threading.Event().wait(0.01)
+        wait_until(
+            lambda: svc.metric("tailwatch_spans_received_total", transport="grpc") == 20,
+            "the first request's 20 spans to be received",
+        )
         _, err = raw_export(svc.grpc_target, request([span()]).SerializeToString())
         assert err is not None and err.code() == grpc.StatusCode.UNAVAILABLE
         details = status_details(err)
@@ -117,7 +118,7 @@ def test_overload_is_unavailable_with_retry_info_and_nothing_is_lost(db_path) ->
         assert details.details[0].Unpack(retry) and retry.retry_delay.seconds == 2
         gate.set()
         blocked.result(10)
-        sender.join(10)
+        join(sender, "the first request to be answered")
         assert first[0][1] is None  # type: ignore[index]
         assert svc.rows("SELECT count(*) FROM spans") == [(20,)]
         assert (

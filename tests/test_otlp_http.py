@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from waiting import HANG_GUARD, join, wait_until
 
 PROTOBUF = "application/x-protobuf"
 
@@ -54,7 +55,7 @@ def test_sdk_http_exporter_spans_all_land(service: RunningService) -> None:
     for i in range(75):
         with tracer.start_as_current_span("litellm_request", attributes={"i": i}):
             pass
-    assert provider.force_flush(10_000)
+    assert provider.force_flush(int(HANG_GUARD * 1000)), "the SDK exporter did not finish in time"
     provider.shutdown()
     assert service.rows("SELECT count(*), min(service_name) FROM spans") == [(75, "gateway")]
 
@@ -95,6 +96,8 @@ def test_bad_ids_in_json_are_a_partial_success(service: RunningService) -> None:
         (b"hello", "text/plain", {}, 415),
         (b"{}", "application/json", {"Content-Encoding": "br"}, 415),
     ],
+    # Named ids: a test id made of the raw bytes cannot be passed back to pytest to run one case.
+    ids=["bad-json", "bad-protobuf", "not-gzip", "truncated-gzip", "text-plain", "brotli"],
 )
 def test_bad_requests_get_their_status_and_an_rpc_status_body(
     service: RunningService, body: bytes, content_type: str, headers: dict[str, str], status: int
@@ -139,15 +142,15 @@ def test_overload_is_503_with_retry_after(db_path) -> None:
         results: list[int] = []
         first = threading.Thread(target=lambda: results.append(post(url, json_request(5), "application/json")[0]))
         first.start()
-        for _ in range(200):
-            if svc.metric("tailwatch_spans_received_total", transport="http") == 5:
-                break
-            threading.Event().wait(0.01)
+        wait_until(
+            lambda: svc.metric("tailwatch_spans_received_total", transport="http") == 5,
+            "the first request's 5 spans to be received",
+        )
         status, headers, body = post(url, json_request(1), "application/json")
         assert status == 503 and headers["Retry-After"] == "3"
         assert json.loads(body)["code"] == 14  # UNAVAILABLE
         gate.set()
         blocked.result(10)
-        first.join(10)
+        join(first, "the first request to be answered")
         assert results == [200]
         assert svc.rows("SELECT count(*) FROM spans") == [(5,)]

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from conftest import RunningService
+from waiting import HANG_GUARD
 
 from detectors.scheduler import grid_time, schedule
 
@@ -40,7 +41,7 @@ def test_alerts_endpoint_lists_alerts_with_filters(service: RunningService) -> N
                'tenant x is slow', 2.0, 1.5, '2026-11-20 12:00', '2026-11-20 12:05', '2026-11-20 12:05', NULL,
                '2026-11-20 12:05')"""
         )
-    ).result()
+    ).result(timeout=HANG_GUARD)
     with urllib.request.urlopen(f"{service.api_url}/v1/alerts?state=firing", timeout=5) as resp:
         body = json.loads(resp.read())
     assert [(a["alert_id"], a["labels"], a["started_at"]) for a in body["alerts"]] == [

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import HANG_GUARD
 
 from tailwatch.settings import SettingsError, load_settings
 
@@ -47,7 +48,11 @@ def test_invalid_value_says_which_setting_and_what_was_given() -> None:
 def test_cli_reports_a_configuration_error_in_one_line_and_exits_2(tmp_path: Path) -> None:
     cfg = write(tmp_path, "htttp_port: 1\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "tailwatch", "serve", "--config", str(cfg)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "tailwatch", "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=HANG_GUARD,
     )
     assert proc.returncode == 2
     assert (
@@ -59,6 +64,10 @@ def test_cli_reports_a_configuration_error_in_one_line_and_exits_2(tmp_path: Pat
 def test_every_command_documents_its_options_in_help() -> None:
     for args in ([], ["serve"], ["migrate"]):
         out = subprocess.run(
-            [sys.executable, "-m", "tailwatch", *args, "--help"], capture_output=True, text=True, check=True
+            [sys.executable, "-m", "tailwatch", *args, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=HANG_GUARD,
         ).stdout
         assert "--db" in out or args == []

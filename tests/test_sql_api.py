@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 import trustme
 from conftest import RunningService, service_settings
+from waiting import HANG_GUARD, join
 
 from tailwatch import simulate
 
@@ -128,12 +129,15 @@ def test_the_row_cap_truncates_and_says_so_in_every_format(small: RunningService
 
 
 def test_a_long_query_is_cancelled_at_the_time_limit_and_the_service_goes_on(small: RunningService) -> None:
-    started = time.perf_counter()
+    """The statement would run for hours; it is answered 400 `timeout` (the client's 60 s deadline in `sql`
+    is only a hang guard). How soon after the limit the answer comes is measured by bench/sql_time_limit.py."""
+    started = time.monotonic()
     status, code, message = error_of(sql(small, "SELECT count(*) FROM range(1000000000000) a"))
-    elapsed = time.perf_counter() - started
+    elapsed = time.monotonic() - started
     assert (status, code) == (400, "timeout")
     assert "time limit of 1 s" in message
-    assert 0.9 < elapsed < 5, elapsed
+    # Not cancelled before its limit: a loaded machine can only make this longer, never shorter.
+    assert elapsed >= 0.9, f"cancelled after {elapsed:.2f} s, before the 1 s limit"
     assert json.loads(sql(small, "SELECT 1 AS one")[2])["rows"] == [[1]]
 
 
@@ -256,16 +260,19 @@ def test_queries_run_while_a_client_streams_spans_and_both_succeed(tmp_path: Pat
         def stream() -> None:
             sent.append(simulate.run(["steady"], endpoint=svc.grpc_target, protocol="grpc", **traffic))  # type: ignore[arg-type]
 
-        streamer = threading.Thread(target=stream)
+        streamer = threading.Thread(target=stream, daemon=True)
         streamer.start()
         answered = 0
+        deadline = time.monotonic() + HANG_GUARD
         while streamer.is_alive():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the simulated client was still streaming after {HANG_GUARD:g} s ({answered} queries)")
             status, _headers, body = sql(
                 svc, "SELECT count(*) AS n, quantile_cont(e2e_ms, 0.99) AS p99 FROM llm_requests"
             )
             assert status == 200, body
             answered += 1
-        streamer.join()
+        join(streamer, "the simulated client to finish")
         assert answered >= 2
         expected = len(simulate.requests(["steady"], seed=3, end=end, history_hours=0.5, history_rate=1.0, rate=5.0))
         assert json.loads(sql(svc, "SELECT count(*) FROM llm_requests")[2])["rows"] == [[expected]]

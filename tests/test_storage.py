@@ -11,6 +11,7 @@ import duckdb
 import grpc
 from builders import request, span
 from conftest import RunningService
+from waiting import HANG_GUARD
 
 from collector.model import SPAN_BATCH_SCHEMA
 from storage import migrate
@@ -84,9 +85,9 @@ def test_downgrade_to_base_and_upgrade_again_round_trips(tmp_path: Path) -> None
 def test_migrate_command_creates_the_schema_and_is_idempotent(tmp_path: Path) -> None:
     db = tmp_path / "cli.duckdb"
     cmd = [sys.executable, "-m", "tailwatch", "migrate", "--db", str(db)]
-    first = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=HANG_GUARD)
     assert "schema empty -> " in first.stdout
-    second = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    second = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=HANG_GUARD)
     assert "schema at " in second.stdout
 
 
