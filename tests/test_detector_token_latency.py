@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,9 +16,9 @@ from detectors.token_latency import Config, detect, inputs
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 
 
-def window_frame(tpots: list[float], **columns: list[object]) -> pl.DataFrame:
+def window_frame(tpots: list[float], **columns: Sequence[object]) -> pl.DataFrame:
     n = len(tpots)
-    base: dict[str, list[object]] = {
+    base: dict[str, Sequence[object]] = {
         "model": ["llama"] * n,
         "deployment": ["vllm-a"] * n,
         "tenant_id": ["acme"] * n,
