@@ -72,3 +72,12 @@ def test_condition_severity_overrides_the_detector_default() -> None:
 def test_two_groups_are_two_alerts() -> None:
     out = run([cond("a"), cond("b"), cond("a")])
     assert sorted(a.labels["tenant_id"] for a in out.fired) == ["a", "b"]
+
+
+def test_an_alert_row_stores_its_labels_as_json_with_sorted_keys() -> None:
+    """The stored text is canonical, so the same labels compare equal in SQL whatever order a detector used."""
+    condition = Condition({"model": "llama", "deployment": "vllm-a"}, 2.4, 2.0, "tpot p99 is 2.4x the baseline")
+    alert = run([condition]).fired[0]
+    row = alert.as_row()
+    assert row["labels"] == '{"deployment": "vllm-a", "model": "llama"}'
+    assert {k: v for k, v in row.items() if k != "labels"} == {k: v for k, v in alert.__dict__.items() if k != "labels"}

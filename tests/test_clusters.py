@@ -115,10 +115,26 @@ def test_members_of_a_firing_alert_group_are_bad_and_the_cluster_links_to_its_de
     assert top["detector"] == "tenant_fairness"
 
 
+def test_a_firing_bucket_alert_marks_its_bucket_bad_and_the_cluster_links_to_that_detector() -> None:
+    """cache_curve and saturation alerts name a bucket, not a column: `bucket` maps to their bucket dimension."""
+
+    def some_evicted(row, score, rng):
+        return ({**row, "cache_hit_ratio": rng.uniform(0.2, 0.5)} if rng.random() < 0.1 else row), score
+
+    frames = window(fault=some_evicted)
+    frames["alerts"] = pl.DataFrame(
+        {"detector": ["cache_curve"], "labels": [json.dumps({"bucket": "low", "signal": "json_adherence"})]}
+    )
+    top = detect(frames, Config(alert_groups_bad=True), WINDOW).figures.row(0, named=True)
+    assert json.loads(top["signature"]) == {"cache_bucket": "low"}
+    assert (top["detector"], top["bad_reason"]) == ("cache_curve", "in a firing alert's group")
+    assert top["suggested_fix"] == FIXES["cache_bucket"]
+
+
 def test_the_fix_follows_the_most_actionable_dimension() -> None:
     assert suggested_fix({"tenant_id": "a", "replica_id": "r7"}) == FIXES["replica_id"]
     assert suggested_fix({"saturation_bucket": "scaling"}) == FIXES["saturation_bucket"]
-    assert "inspect the example traces" in suggested_fix({"provider": "openai"})
+    assert suggested_fix({"provider": "openai"}) == "inspect the example traces: no rule covers this signature"
 
 
 def test_output_is_deterministic() -> None:

@@ -309,6 +309,12 @@ def test_reason_precedence_is_prefill_burst_then_kv_eviction_then_scheduler_star
     assert reason_of(frame, baseline(100.0, cache=0.9)) == reason
 
 
+def test_a_breach_without_prefill_or_queue_figures_is_not_blamed_on_either() -> None:
+    """Spans that carry no prefill_tokens_in_batch or queue_ms give no evidence of a burst or a starved queue."""
+    frame = window_frame([250.0] * 100, prefill_tokens_in_batch=[None] * 100, queue_ms=[None] * 100)
+    assert reason_of(frame, baseline(100.0, cache=0.9)) == "unknown"
+
+
 # --------------------------------------------------------------------------------------------------
 # Figures: every column worked out by hand on a five-request frame.
 # --------------------------------------------------------------------------------------------------
@@ -414,6 +420,7 @@ def test_per_tenant_off_gives_only_the_model_grouping() -> None:
     out = detect({"window": FIVE, "baseline": FIVE_BASELINE}, Config(per_tenant=False, **LOW_BOUNDS), WINDOW)
     assert out.figures["grouping"].to_list() == ["model"]
     assert out.figures["tenant_id"].to_list() == [None]
+    assert out.figures.schema["tenant_id"] == pl.String  # the results table's column, not an untyped null
     assert [dict(c.labels) for c in out.conditions] == [{"model": "llama", "deployment": "vllm-a"}]
 
 
@@ -438,6 +445,20 @@ def test_summary_names_the_ratio_to_one_decimal_the_baseline_hours_and_the_group
         "tpot p99 244.0 ms is 2.4x the 6h baseline 100.0 ms for model=llama, deployment=vllm-a, tenant_id=acme over "
     )
     assert by_len[0].value == pytest.approx(2.44, rel=1e-12)
+
+
+def test_requests_without_model_or_deployment_are_one_group_judged_against_their_own_baseline() -> None:
+    n = 100
+    frame = window_frame([250.0] * n, model=[None] * n, deployment=[None] * n, tenant_id=[None] * n).with_columns(
+        pl.col("model", "deployment", "tenant_id").cast(pl.String)  # typed as fetched from the database
+    )
+    untagged = baseline(100.0).with_columns(pl.lit(None, pl.String).alias(c) for c in ("model", "deployment"))
+    [condition] = detect({"window": frame, "baseline": untagged}, Config(per_tenant=False), WINDOW).conditions
+    assert condition.labels == {}
+    assert condition.value == pytest.approx(2.5)
+    assert condition.summary.startswith(
+        "tpot p99 250.0 ms is 2.5x the 24h baseline 100.0 ms for all requests over 2026-11-20 12:00–12:05 UTC (n=100)"
+    )
 
 
 def test_summary_keeps_fractional_baseline_hours_and_the_reason_evidence() -> None:
@@ -483,3 +504,9 @@ def test_baseline_query_ends_at_the_last_full_hour_before_the_window() -> None:
     assert queries["window"].params == (window.start, window.end)
     assert queries["baseline"].params == (datetime(2026, 11, 20, 6, 0), datetime(2026, 11, 20, 12, 0))
     assert queries["baseline"].cacheable and not queries["window"].cacheable
+    # A window starting off the minute (a settle time in seconds) still ends the baseline on the hour.
+    odd = Window(datetime(2026, 11, 20, 12, 7, 31, 250_000), datetime(2026, 11, 20, 12, 12, 31, 250_000))
+    assert inputs(Config(baseline_hours=6), odd)["baseline"].params == (
+        datetime(2026, 11, 20, 6, 0),
+        datetime(2026, 11, 20, 12, 0),
+    )
