@@ -19,7 +19,7 @@ MUTMUT = str(Path(sys.executable).with_name("mutmut"))
 PACKAGES = ("collector", "storage", "detectors")
 # A mutant is detected when a test fails on it, or it runs away past mutmut's time limit.
 DETECTED = {"killed", "timeout", "caught by type check"}
-NOT_RUN = {"not checked", "skipped"}
+NOT_RUN = {"not checked", "skipped", "outside the sample"}
 _MODULE = re.compile(r"^(.*?)\.x(?:_|ǁ)")
 
 
@@ -83,7 +83,8 @@ def wilson(detected: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def report(verdicts: dict[str, str], prefixes: list[str]) -> None:
+def report(verdicts: dict[str, str], prefixes: list[str], sampled: set[str] | None) -> None:
+    """Scores over the sample when there is one (`sampled`), else over every mutant run so far."""
     by_module: dict[str, Counter[str]] = defaultdict(Counter)
     by_package: dict[str, Counter[str]] = defaultdict(Counter)
     survivors = []
@@ -91,8 +92,12 @@ def report(verdicts: dict[str, str], prefixes: list[str]) -> None:
         if not selected(name, prefixes):
             continue
         module = module_of(name)
+        # Mutants outside the sample count toward the module's size only.
+        counted = status if sampled is None or name in sampled else "outside the sample"
         for bucket in (by_module[module], by_package[module.split(".")[0]]):
-            bucket[status] += 1
+            bucket[counted] += 1
+        if counted != status:
+            continue
         if status not in DETECTED | NOT_RUN:
             survivors.append((name, status))
 
@@ -102,7 +107,7 @@ def report(verdicts: dict[str, str], prefixes: list[str]) -> None:
         total = ran + sum(c[k] for k in NOT_RUN)
         low, high = wilson(detected, ran)
         score = f"{detected / ran:.1%}" if ran else "-"
-        interval = f"{low:.0%}–{high:.0%}" if ran < total else "all run"
+        interval = "all run" if ran == total else f"{low:.0%}–{high:.0%}"
         return (
             f"| {label} | {total} | {ran} | {c['killed']} | {c['timeout'] + c['caught by type check']} "
             f"| {c['survived']} | {c['no tests']} | {ran - detected - c['survived'] - c['no tests']} | {score} "
@@ -133,23 +138,28 @@ def main() -> None:
     args = parser.parse_args()
     prefixes = targets(args.paths)
 
+    def sample(verdicts: dict[str, str]) -> list[str]:
+        pool = [n for n in verdicts if selected(n, prefixes)]
+        if args.sample:
+            pool = [n for n in pool if in_sample(n, args.sample, len(pool), args.seed)]
+        return pool
+
     if not args.report:
         verdicts = results()
         if args.sample or args.survivors:
             if not verdicts:  # first run on this machine: generate the mutants and the coverage map only
                 run(["tailwatch.generate-only"])
                 verdicts = results()
-            pool = [n for n in verdicts if selected(n, prefixes)]
+            pool = sample(verdicts)
             if args.survivors:
                 pool = [n for n in pool if verdicts[n] not in DETECTED | NOT_RUN]
-            if args.sample:
-                pool = [n for n in pool if in_sample(n, args.sample, len(pool), args.seed)]
-                if not args.again:  # a sample grows or resumes: what already has a verdict keeps it
-                    pool = [n for n in pool if verdicts[n] in NOT_RUN]
+            elif not args.again:  # a sample grows or resumes: what already has a verdict keeps it
+                pool = [n for n in pool if verdicts[n] in NOT_RUN]
             run(sorted(pool))
         else:
             run([f"{p}.*" for p in prefixes])
-    report(results(), prefixes)
+    verdicts = results()
+    report(verdicts, prefixes, set(sample(verdicts)) if args.sample else None)
 
 
 if __name__ == "__main__":
