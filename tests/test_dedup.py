@@ -3,6 +3,7 @@ after a restart (from the newest stored span, not from the clock)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -280,3 +281,26 @@ def test_the_confirming_lookup_matches_trace_and_span_id_together(tmp_path: Path
         assert con.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans").fetchall() == [(2, 2)]
     finally:
         con.close()
+
+
+# --- one group commit, several requests -----------------------------------------------------------------
+
+
+def test_one_group_commit_answers_each_request_with_its_own_inserted_and_duplicate_counts(tmp_path: Path) -> None:
+    db = tmp_path / "group.duckdb"
+    with writer_on(db, Clock(1_000.0)) as writer:
+        assert write(writer, spans("a", "b")) == WriteResult(inserted=2, duplicates=0)
+        # Hold the writer in a job so the next three requests queue up and commit together.
+        gate = threading.Event()
+        held = writer.submit(lambda _con: gate.wait(TIMEOUT))
+        batches = (spans("c", "d", "e"), spans("a", "f"), spans("b", "g", "h", "i"))
+        futures = [writer.try_submit(batch) for batch in batches]
+        gate.set()
+        held.result(timeout=TIMEOUT)
+        answers = [f.result(timeout=TIMEOUT) for f in futures if f is not None]
+    assert answers == [
+        WriteResult(inserted=3, duplicates=0),
+        WriteResult(inserted=1, duplicates=1),
+        WriteResult(inserted=3, duplicates=1),
+    ]
+    assert stored(db) == {f"span-{i}": 1 for i in "abcdefghi"}
