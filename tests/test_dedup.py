@@ -304,3 +304,18 @@ def test_one_group_commit_answers_each_request_with_its_own_inserted_and_duplica
         WriteResult(inserted=3, duplicates=1),
     ]
     assert stored(db) == {f"span-{i}": 1 for i in "abcdefghi"}
+
+
+def test_a_failing_writer_job_is_rolled_back_answers_with_its_error_and_the_writer_goes_on(tmp_path: Path) -> None:
+    db = tmp_path / "job.duckdb"
+
+    def insert_then_fail(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("DELETE FROM spans")
+        raise ValueError("the job failed half-way")
+
+    with writer_on(db, Clock(1_000.0)) as writer:
+        write(writer, spans("a"))
+        with pytest.raises(ValueError, match="half-way"):
+            writer.submit(insert_then_fail).result(timeout=TIMEOUT)
+        assert write(writer, spans("b")) == WriteResult(inserted=1, duplicates=0)
+    assert stored(db) == {"span-a": 1, "span-b": 1}
