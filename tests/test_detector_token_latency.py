@@ -14,6 +14,15 @@ from detectors.base import Condition, Detection, Severity, Window
 from detectors.token_latency import Config, detect, inputs
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
+BASELINE_COLUMNS = [
+    "model",
+    "deployment",
+    "tenant_id",
+    "model_level",
+    "baseline_n",
+    "baseline_p99",
+    "baseline_cache_hit_mean",
+]
 
 
 def window_frame(tpots: list[float], **columns: Sequence[object]) -> pl.DataFrame:
@@ -35,15 +44,7 @@ def baseline(p99: float, n: int = 5000, cache: float = 0.9) -> pl.DataFrame:
     rows = [("llama", "vllm-a", None, True, n, p99, cache), ("llama", "vllm-a", "acme", False, n, p99, cache)]
     return pl.DataFrame(
         rows,
-        schema=[
-            "model",
-            "deployment",
-            "tenant_id",
-            "model_level",
-            "baseline_n",
-            "baseline_p99",
-            "baseline_cache_hit_mean",
-        ],
+        schema=BASELINE_COLUMNS,
         orient="row",
     )
 
@@ -338,15 +339,7 @@ FIVE_BASELINE = pl.DataFrame(
         ("llama", "vllm-a", "acme", False, 300, 10.0, 0.5),
         ("llama", "vllm-a", "globex", False, 600, 25.0, 0.875),
     ],
-    schema=[
-        "model",
-        "deployment",
-        "tenant_id",
-        "model_level",
-        "baseline_n",
-        "baseline_p99",
-        "baseline_cache_hit_mean",
-    ],
+    schema=BASELINE_COLUMNS,
     orient="row",
 )
 LOW_BOUNDS = {"min_samples": 1, "min_baseline_samples": 1}
