@@ -100,7 +100,8 @@ def test_overload_is_unavailable_with_retry_info_and_nothing_is_lost(db_path) ->
     settings = service_settings(db_path, ingest={"max_inflight_bytes": 1024, "retry_after_seconds": 2})
     with RunningService(settings) as svc:
         gate = threading.Event()
-        blocked = svc.service.writer.submit(lambda con: gate.wait(30))
+        # The writer stays held until the test lets go (the hold outlasts every wait below).
+        blocked = svc.service.writer.submit(lambda con: gate.wait(2 * HANG_GUARD))
         first_payload = request([span() for _ in range(20)]).SerializeToString()
         first: list[object] = []
         sender = threading.Thread(target=lambda: first.append(raw_export(svc.grpc_target, first_payload)))
@@ -110,6 +111,7 @@ def test_overload_is_unavailable_with_retry_info_and_nothing_is_lost(db_path) ->
             lambda: svc.metric("tailwatch_spans_received_total", transport="grpc") == 20,
             "the first request's 20 spans to be received",
         )
+        assert not blocked.done(), "the writer hold ended before the overload could be tried"
         _, err = raw_export(svc.grpc_target, request([span()]).SerializeToString())
         assert err is not None and err.code() == grpc.StatusCode.UNAVAILABLE
         details = status_details(err)
@@ -117,7 +119,7 @@ def test_overload_is_unavailable_with_retry_info_and_nothing_is_lost(db_path) ->
         retry = error_details_pb2.RetryInfo()
         assert details.details[0].Unpack(retry) and retry.retry_delay.seconds == 2
         gate.set()
-        blocked.result(10)
+        blocked.result(HANG_GUARD)
         join(sender, "the first request to be answered")
         assert first[0][1] is None  # type: ignore[index]
         assert svc.rows("SELECT count(*) FROM spans") == [(20,)]

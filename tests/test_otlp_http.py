@@ -138,7 +138,8 @@ def test_overload_is_503_with_retry_after(db_path) -> None:
     with RunningService(settings) as svc:
         url = f"{svc.http_url}/v1/traces"
         gate = threading.Event()
-        blocked = svc.service.writer.submit(lambda con: gate.wait(30))
+        # The writer stays held until the test lets go (the hold outlasts every wait below).
+        blocked = svc.service.writer.submit(lambda con: gate.wait(2 * HANG_GUARD))
         results: list[int] = []
         first = threading.Thread(target=lambda: results.append(post(url, json_request(5), "application/json")[0]))
         first.start()
@@ -146,11 +147,12 @@ def test_overload_is_503_with_retry_after(db_path) -> None:
             lambda: svc.metric("tailwatch_spans_received_total", transport="http") == 5,
             "the first request's 5 spans to be received",
         )
+        assert not blocked.done(), "the writer hold ended before the overload could be tried"
         status, headers, body = post(url, json_request(1), "application/json")
         assert status == 503 and headers["Retry-After"] == "3"
         assert json.loads(body)["code"] == 14  # UNAVAILABLE
         gate.set()
-        blocked.result(10)
+        blocked.result(HANG_GUARD)
         join(first, "the first request to be answered")
         assert results == [200]
         assert svc.rows("SELECT count(*) FROM spans") == [(5,)]
