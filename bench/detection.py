@@ -17,13 +17,11 @@ import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+from detectors.detection import DetectionPass
 from detectors.registry import REGISTRY
-from detectors.runner import Runner
-from storage import migrate
-from storage.database import open_database
-from storage.readers import Reader
-from storage.writer import Writer
+from storage.duckdb.backend import DuckDBStorage
 
 GENERATE = """
 INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code, service_name,
@@ -79,17 +77,17 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="tw-detect-bench-"))
     db = args.keep or workdir / "bench.duckdb"
     fresh = not db.exists()
-    con = open_database(db)  # the service's defaults: 512MB for DuckDB, 2 threads
-    migrate.upgrade(con)
+    storage = DuckDBStorage.open(db)  # the service's defaults: 512MB for DuckDB, 2 threads
     if fresh:
         t = time.perf_counter()
-        con.execute(GENERATE, [start, args.spans, args.spans])
-        con.execute(SCORES)
-        con.execute("CHECKPOINT")
+
+        def generate(con: Any) -> None:
+            con.execute(GENERATE, [start, args.spans, args.spans])
+            con.execute(SCORES)
+
+        storage.writer.submit(generate).result()
+        storage.writer.submit(lambda con: con.execute("CHECKPOINT")).result()
         print(f"generated {args.spans:,} spans in {time.perf_counter() - t:.1f}s", flush=True)
-    writer = Writer(con, max_queued_spans=1, dedup_window_seconds=0, dedup_max_spans=0)
-    writer.start()
-    reader = Reader(con)
 
     defaults = {key: spec.config() for key, spec in REGISTRY.items()}
     # Full pass: every detector over the whole day as one window (token_latency: its last window against
@@ -100,7 +98,7 @@ def main() -> None:
     }
     results = {}
     t = time.perf_counter()
-    for r in Runner(reader, writer, full).run_all(at, args.only):
+    for r in DetectionPass(storage.windows, storage.detector_store, full).run(at, args.only):
         results[f"full/{r.detector}"] = round(r.seconds, 2)
         assert r.outcome == "ok", r.error
     results["full_pass_seconds"] = round(time.perf_counter() - t, 2)
@@ -109,20 +107,19 @@ def main() -> None:
         results["full_pass_seconds_first_four"] = round(sum(results[f"full/{k}"] for k in first_four), 2)
     results["full_pass_peak_rss_mib"] = round(peak_rss_mib())
 
-    incremental = Runner(reader, writer, defaults)
+    incremental = DetectionPass(storage.windows, storage.detector_store, defaults)
     times = []
     for step in range(3):
         t = time.perf_counter()
-        for r in incremental.run_all(at - timedelta(minutes=5 * step), args.only):
+        for r in incremental.run(at - timedelta(minutes=5 * step), args.only):
             results[f"incremental{'_cold' if step == 0 else ''}/{r.detector}"] = round(r.seconds, 2)
             assert r.outcome == "ok", r.error
         times.append(time.perf_counter() - t)
-    # The first pass reads the day-long token_latency baseline; the runner then reuses it for the hour.
+    # The first pass reads the day-long token_latency baseline; the pass then reuses it for the hour.
     results["incremental_pass_seconds_cold"] = round(times[0], 2)
     results["incremental_pass_seconds_warm_max"] = round(max(times[1:]), 2)
     results["peak_rss_mib"] = round(peak_rss_mib())
-    writer.close()
-    con.close()
+    storage.close()
     print(json.dumps(results, indent=2))
 
 

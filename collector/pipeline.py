@@ -15,26 +15,15 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol
-
-import pyarrow as pa
+from typing import Any
 
 from collector.decode import Decoded, Encoding, Signal, decode
 from collector.errors import ExportError, Overloaded, Unavailable
 from collector.metrics import IngestMetrics
 from collector.normalize import NormalizeConfig, Plan, build_plan
+from storage.ports import SpanSink
 
 log = logging.getLogger(__name__)
-
-
-class Sink(Protocol):
-    """Where decoded rows go: the storage writer.
-
-    Returns a future that resolves once spans and scores are committed, or None when it cannot take
-    them now.
-    """
-
-    def try_submit(self, spans: pa.Table | None, scores: pa.Table | None = None) -> Future[Any] | None: ...
 
 
 @dataclass(frozen=True)
@@ -60,7 +49,7 @@ def decode_request(signal: Signal, payload: bytes, encoding: Encoding, config: N
 class IngestPipeline:
     def __init__(
         self,
-        sink: Sink,
+        sink: SpanSink,
         metrics: IngestMetrics,
         *,
         decode_workers: int,

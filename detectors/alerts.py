@@ -11,36 +11,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from detectors.base import Condition, Severity, Window
+from storage.ports import Alert
+
+__all__ = ["Alert", "Evaluation", "evaluate", "fingerprint"]
 
 
 def fingerprint(detector: str, labels: Mapping[str, str]) -> str:
     """Stable identity of an alert: the detector and its labels, nothing that changes between evaluations."""
     canonical = json.dumps({"detector": detector, "labels": dict(sorted(labels.items()))}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Alert:
-    alert_id: str
-    detector: str
-    fingerprint: str
-    severity: str
-    state: str  # firing | resolved
-    labels: dict[str, str]
-    summary: str
-    value: float | None
-    threshold: float | None
-    window_start: datetime
-    window_end: datetime
-    started_at: datetime
-    resolved_at: datetime | None
-    updated_at: datetime
-
-    def as_row(self) -> dict[str, Any]:
-        return {**self.__dict__, "labels": json.dumps(self.labels, sort_keys=True)}
 
 
 @dataclass

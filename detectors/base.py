@@ -1,7 +1,8 @@
 """What every detector shares: its config base, the window it evaluates, and what it returns.
 
-A detector module holds a frozen pydantic `Config`, a pure `inputs(config, window)` naming the SQL it
-needs, and a pure `detect(frames, config, window)`: no I/O, no clock, no environment. The runner owns
+A detector module holds a frozen pydantic `Config`, a pure `inputs(config, window)` declaring what it
+reads (storage's `Read` values: which requests, which columns, which window), and a pure
+`detect(frames, config, window)`: no I/O, no clock, no environment, no SQL. The detection pass owns
 fetching, timing, persistence, failure isolation and metrics.
 """
 
@@ -15,6 +16,10 @@ from typing import Any
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
+
+from storage.ports import Read, Window
+
+__all__ = ["Condition", "Detection", "DetectorConfig", "DetectorSpec", "Read", "Severity", "Window"]
 
 
 class Severity(StrEnum):
@@ -46,30 +51,6 @@ class DetectorConfig(BaseModel):
 
 
 @dataclass(frozen=True)
-class Window:
-    """Half-open event-time interval [start, end) over span end_time, naive UTC."""
-
-    start: datetime
-    end: datetime
-
-    def label(self) -> str:
-        return f"{self.start:%Y-%m-%d %H:%M}–{self.end:%H:%M} UTC"
-
-
-@dataclass(frozen=True)
-class Query:
-    """SQL the runner executes for a detector; `?` parameters, result handed over as a Polars frame.
-
-    `cacheable`: the result depends only on the SQL and its parameters over data that no longer
-    changes (a baseline that ends before the window), so the runner may reuse it while they repeat.
-    """
-
-    sql: str
-    params: tuple[Any, ...] = ()
-    cacheable: bool = False
-
-
-@dataclass(frozen=True)
 class Condition:
     """A breaching group in the evaluated window: becomes (or keeps) a firing alert."""
 
@@ -89,7 +70,7 @@ class Detection:
     extra_tables: dict[str, pl.DataFrame] = field(default_factory=dict)
 
 
-Inputs = Callable[[Any, Window], dict[str, Query]]
+Inputs = Callable[[Any, Window], dict[str, Read]]
 Detect = Callable[[dict[str, pl.DataFrame], Any, Window], Detection]
 
 

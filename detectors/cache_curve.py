@@ -27,7 +27,7 @@ from typing import Any, Self
 import polars as pl
 from pydantic import Field, model_validator
 
-from detectors.base import Condition, Detection, DetectorConfig, Query, Window
+from detectors.base import Condition, Detection, DetectorConfig, Read, Window
 from detectors.frames import curve, format_duration, requests, scores
 
 KEY = "cache_curve"
@@ -78,7 +78,7 @@ class Config(DetectorConfig):
         return self
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
+def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {"requests": requests(window, REQUEST_COLUMNS), "scores": scores(window)}
 
 

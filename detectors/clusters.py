@@ -22,8 +22,9 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from detectors.base import Detection, DetectorConfig, Query, Window
+from detectors.base import Detection, DetectorConfig, Read, Window
 from detectors.frames import requests, scores
+from storage.ports import FiringAlerts, TrafficLabels
 
 KEY = "clusters"
 _MAX_RISK = 1000.0
@@ -86,17 +87,13 @@ class Config(DetectorConfig):
     )
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
+def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {
         "requests": requests(window, (*REQUEST_COLUMNS, *config.extra_dimensions)),
         "scores": scores(window),
         # The same pass labelled the window's traffic before clustering runs (registry order).
-        "labels": Query(
-            "SELECT trace_id, span_id, pattern FROM request_traffic_patterns_between(?::TIMESTAMP, ?::TIMESTAMP) "
-            "WHERE window_start = ? AND window_end = ?",
-            (window.start, window.end, window.start, window.end),
-        ),
-        "alerts": Query("SELECT detector, labels FROM alerts WHERE state = 'firing' ORDER BY alert_id"),
+        "labels": TrafficLabels(window, ids=True),
+        "alerts": FiringAlerts(),
     }
 
 

@@ -31,7 +31,7 @@ from typing import Any, Self
 import polars as pl
 from pydantic import Field, model_validator
 
-from detectors.base import Condition, Detection, DetectorConfig, Query, Window
+from detectors.base import Condition, Detection, DetectorConfig, Read, Window
 from detectors.frames import TOLERANCE, curve, requests, scores
 
 KEY = "context_length"
@@ -91,7 +91,7 @@ def output_buckets(edges: tuple[int, ...]) -> list[str]:
     return [f"<{edges[0]}", *middle, f"{edges[-1]}+"]
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
+def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {"requests": requests(window, REQUEST_COLUMNS), "scores": scores(window)}
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from detectors.base import Query, Window
+from detectors.base import Window
+from storage.ports import Requests, Scores
 
 # Means of decimal scores are not exact (0.90 - 0.80 is 0.0999...): a drop shown as 0.10 must meet a
 # 0.10 threshold, so "at least" comparisons allow this much.
@@ -17,26 +18,14 @@ REQUEST_COLUMNS = (
 )  # fmt: skip
 
 
-def requests(window: Window, columns: tuple[str, ...] = REQUEST_COLUMNS) -> Query:
+def requests(window: Window, columns: tuple[str, ...] = REQUEST_COLUMNS) -> Requests:
     """The LLM requests (client/server pairs counted once) that ended inside the window."""
-    return Query(
-        f"SELECT {', '.join(columns)} FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP)", (window.start, window.end)
-    )
+    return Requests(window, columns)
 
 
-# A 64-bit key for a request, computed by DuckDB: a detector that has no use for the ids themselves
-# fetches this instead of two strings per request (a day of ids is ~1.5 GiB once in Python).
-REQUEST_KEY = "hash(trace_id, span_id) AS request_key"
-
-
-def scores(window: Window) -> Query:
-    """Every score of those requests, long format: (trace_id, span_id, request_key, name, score)."""
-    return Query(
-        f"SELECT trace_id, span_id, {REQUEST_KEY}, name, score "
-        "FROM llm_request_scores_between(?::TIMESTAMP, ?::TIMESTAMP) "
-        "WHERE score IS NOT NULL",
-        (window.start, window.end),
-    )
+def scores(window: Window) -> Scores:
+    """Every score of those requests, long format: (request_key, trace_id, span_id, name, score)."""
+    return Scores(window, ids=True)
 
 
 def percentile(column: str, q: float, alias: str) -> pl.Expr:
@@ -48,7 +37,7 @@ def join_scores(scores_frame: pl.DataFrame, requests_frame: pl.DataFrame, by: li
     """Each score with the `by` columns of its request."""
     # Joined on a 64-bit hash of the two ids rather than the two strings: twice as fast over a day of
     # requests; a collision among one window's requests is vanishingly unlikely. Fetched frames carry
-    # DuckDB's request_key; hand-built ones only ids, hashed here (the two hashes never meet in a join).
+    # storage's request_key; hand-built ones only ids, hashed here (the two hashes never meet in a join).
     if "request_key" in scores_frame.columns and "request_key" in requests_frame.columns:
         key = pl.col("request_key").alias("_request")
     else:

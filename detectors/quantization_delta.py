@@ -34,7 +34,7 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from detectors.base import Condition, Detection, DetectorConfig, Query, Window
+from detectors.base import Condition, Detection, DetectorConfig, Read, Window
 from detectors.frames import TOLERANCE, format_duration, percentile, requests, score_means, scores
 
 KEY = "quantization_delta"
@@ -107,7 +107,7 @@ class Config(DetectorConfig):
     )
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
+def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {"requests": requests(window, REQUEST_COLUMNS), "scores": scores(window)}
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from detectors.base import Condition, Detection, DetectorConfig, Query, Window
+from detectors.base import Condition, Detection, DetectorConfig, Read, Window
 from detectors.frames import TOLERANCE, format_duration, join_scores, percentile, requests, scores
 
 KEY = "replica_skew"
@@ -73,7 +73,7 @@ class Config(DetectorConfig):
     )
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
+def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {"requests": requests(window, REQUEST_COLUMNS), "scores": scores(window)}
 
 

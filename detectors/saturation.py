@@ -29,7 +29,7 @@ from typing import Any, Self
 import polars as pl
 from pydantic import Field, model_validator
 
-from detectors.base import Condition, Detection, DetectorConfig, Query, Window
+from detectors.base import Condition, Detection, DetectorConfig, Read, Window
 from detectors.frames import TOLERANCE, curve, format_duration, requests, scores
 
 KEY = "saturation"
@@ -84,7 +84,7 @@ class Config(DetectorConfig):
         return self
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
+def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {"requests": requests(window, REQUEST_COLUMNS), "scores": scores(window)}
 
 

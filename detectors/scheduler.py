@@ -1,52 +1,51 @@
-"""Scheduling detectors inside `tailwatch serve`: one APScheduler job per enabled detector.
+"""Scheduling the detection pass inside `tailwatch serve`: one APScheduler job, on the interval grid.
 
-Runs are aligned to the interval grid (every 5 minutes at :00, :05, …) and evaluated as of that grid
-time, not the moment the thread got to it, so a late run covers the same window `detect --once --at`
-would. Coalescing and one instance per job mean a slow or missed run never piles up.
+The job ticks every `tick_seconds` (the greatest common divisor of the enabled detectors' intervals)
+and runs one pass over the detectors due at that grid time, evaluated as of the grid time, not the
+moment the thread got to it, so a late run covers the same windows `detect --once --at` would.
+Coalescing and one instance mean a slow or missed tick never piles up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from detectors.base import DetectorConfig
-from detectors.runner import Runner
+from detectors.detection import DetectionPass, RunResult, grid_time
 
-
-def grid_time(now: datetime, interval_seconds: int) -> datetime:
-    """`now` (naive UTC) rounded down to the interval grid."""
-    epoch = now.replace(tzinfo=UTC).timestamp()
-    return datetime.fromtimestamp(epoch - epoch % interval_seconds, UTC).replace(tzinfo=None)
+JOB_ID = "detection"
 
 
 def schedule(
     scheduler: BaseScheduler,
-    runner: Runner,
-    configs: Mapping[str, DetectorConfig],
+    detection: DetectionPass,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC).replace(tzinfo=None),
 ) -> list[str]:
-    """Add a job per enabled detector; returns their keys."""
-    keys = runner.keys()
-    for key in keys:
-        interval = configs[key].interval_seconds
-        first = grid_time(clock(), interval) + timedelta(seconds=interval)
-        scheduler.add_job(
-            _evaluate,
-            IntervalTrigger(seconds=interval, start_date=first.replace(tzinfo=UTC), timezone=UTC),
-            args=[runner, key, interval, clock],
-            id=f"detector:{key}",
-            name=f"detector {key}",
-            coalesce=True,
-            max_instances=1,
-            misfire_grace_time=interval,
-            replace_existing=True,
-        )
+    """Add the pass's job; returns the keys of the detectors it runs."""
+    keys = detection.keys()
+    if not keys:
+        return []
+    tick = detection.tick_seconds
+    first = grid_time(clock(), tick) + timedelta(seconds=tick)
+    scheduler.add_job(
+        scheduled_pass,
+        IntervalTrigger(seconds=tick, start_date=first.replace(tzinfo=UTC), timezone=UTC),
+        args=[detection, clock],
+        id=JOB_ID,
+        name="detection pass",
+        coalesce=True,
+        max_instances=1,
+        misfire_grace_time=tick,
+        replace_existing=True,
+    )
     return keys
 
 
-def _evaluate(runner: Runner, key: str, interval: int, clock: Callable[[], datetime]) -> None:
-    runner.run(key, grid_time(clock(), interval))
+def scheduled_pass(detection: DetectionPass, clock: Callable[[], datetime]) -> list[RunResult]:
+    """One tick: the detectors due at the grid time, evaluated as of it."""
+    at = grid_time(clock(), detection.tick_seconds)
+    due = detection.due(at)
+    return detection.run(at, due) if due else []

@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from detectors.base import Condition, Detection, DetectorConfig, Query, Window
+from detectors.base import Condition, Detection, DetectorConfig, Read, Window
 from detectors.frames import format_duration, join_scores, percentile, requests, scores
 
 KEY = "tenant_fairness"
@@ -72,7 +72,7 @@ class Config(DetectorConfig):
     )
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
+def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {"requests": requests(window, REQUEST_COLUMNS), "scores": scores(window)}
 
 

@@ -14,12 +14,18 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from detectors.base import Condition, Detection, DetectorConfig, Query, Severity, Window
+from detectors.base import Condition, Detection, DetectorConfig, Severity, Window
 from detectors.frames import percentile
+from storage.ports import Aggregate, Measure, Read, Requests, RequestSummary
 
 KEY = "token_latency"
 MODEL_KEYS = ["model", "deployment"]
 TENANT_KEYS = ["model", "deployment", "tenant_id"]
+WINDOW_COLUMNS = (
+    "model", "deployment", "tenant_id", "tpot_ms", "prefill_tokens_in_batch", "cache_hit_ratio", "queue_ms", "e2e_ms",
+)  # fmt: skip
+# The baseline's rows per grouping set: 0 per model/deployment, 1 per tenant within one.
+MODEL_SET, TENANT_SET = 0, 1
 
 
 class Config(DetectorConfig):
@@ -49,25 +55,23 @@ def _hour(at: datetime) -> datetime:
     return at.replace(minute=0, second=0, microsecond=0)
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
-    # The baseline runs up to the last full hour before the window, so it stays the same query for an
-    # hour of 5-minute evaluations and the runner reuses it: a day of spans is read once an hour.
+def inputs(config: Config, window: Window) -> dict[str, Read]:
+    # The baseline runs up to the last full hour before the window, so it stays the same read for an
+    # hour of 5-minute evaluations and the pass reuses it: a day of spans is read once an hour.
     baseline_end = _hour(window.start)
     baseline_start = baseline_end - timedelta(hours=config.baseline_hours)
     return {
-        "window": Query(
-            """SELECT model, deployment, tenant_id, tpot_ms, prefill_tokens_in_batch, cache_hit_ratio, queue_ms, e2e_ms
-               FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP) WHERE tpot_ms IS NOT NULL""",
-            (window.start, window.end),
-        ),
-        # Aggregated in DuckDB: a day of requests never leaves the database, only one row per group.
-        "baseline": Query(
-            """SELECT model, deployment, tenant_id, GROUPING(tenant_id) = 1 AS model_level,
-                      count(*) AS baseline_n, quantile_cont(tpot_ms, 0.99) AS baseline_p99,
-                      avg(cache_hit_ratio) AS baseline_cache_hit_mean
-               FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP) WHERE tpot_ms IS NOT NULL
-               GROUP BY GROUPING SETS ((model, deployment), (model, deployment, tenant_id))""",
-            (baseline_start, baseline_end),
+        "window": Requests(window, WINDOW_COLUMNS, require=("tpot_ms",)),
+        # Summarised where the data is: a day of requests never leaves storage, only one row per group.
+        "baseline": RequestSummary(
+            Window(baseline_start, baseline_end),
+            grouping_sets=(tuple(MODEL_KEYS), tuple(TENANT_KEYS)),
+            measures=(
+                Measure("baseline_n", Aggregate.COUNT),
+                Measure("baseline_p99", Aggregate.QUANTILE, "tpot_ms", 0.99),
+                Measure("baseline_cache_hit_mean", Aggregate.MEAN, "cache_hit_ratio"),
+            ),
+            require=("tpot_ms",),
             cacheable=True,
         ),
     }
@@ -88,7 +92,7 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
 def _figures(
     current: pl.DataFrame, baseline: pl.DataFrame, keys: list[str], grouping: str, config: Config
 ) -> pl.DataFrame:
-    base = baseline.filter(pl.col("model_level") == (grouping == "model")).select(
+    base = baseline.filter(pl.col("grouping_set") == (MODEL_SET if grouping == "model" else TENANT_SET)).select(
         [*keys, "baseline_n", "baseline_p99", "baseline_cache_hit_mean"]
     )
     with_base = current.join(base, on=keys, how="left", nulls_equal=True)

@@ -38,15 +38,15 @@ from typing import Any
 import polars as pl
 from pydantic import Field
 
-from detectors.base import Condition, Detection, DetectorConfig, Query, Window
-from detectors.frames import REQUEST_KEY, curve, format_duration, requests, scores
+from detectors.base import Condition, Detection, DetectorConfig, Read, Window
+from detectors.frames import curve, format_duration, requests, scores
 
 KEY = "traffic_pattern"
 LABELS_TABLE = "traffic_pattern_labels"
 PATTERN_ORDER = {"steady": 0, "sustained": 1, "burst": 2}
 # No ids: a day is ten million requests, and the labels are stored per arrival second, not per request.
 REQUEST_COLUMNS = (
-    REQUEST_KEY, "start_time", "end_time", "deployment", "e2e_ms", "tpot_ms", "queue_depth", "replica_count",
+    "start_time", "end_time", "deployment", "e2e_ms", "tpot_ms", "queue_depth", "replica_count",
 )  # fmt: skip
 FIGURE_COLUMNS = [
     "window_start",
@@ -93,7 +93,7 @@ class Config(DetectorConfig):
     )
 
 
-def inputs(config: Config, window: Window) -> dict[str, Query]:
+def inputs(config: Config, window: Window) -> dict[str, Read]:
     lookback = Window(window.start - timedelta(seconds=config.neighbourhood_seconds // 2), window.end)
     return {"requests": requests(lookback, REQUEST_COLUMNS), "scores": scores(window)}
 

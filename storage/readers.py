@@ -14,6 +14,10 @@ class Reader:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
 
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        return self._con
+
     def rows(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self._con.cursor()
         try:

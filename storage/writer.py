@@ -22,18 +22,12 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage.dedup import RecentSpans, first_occurrences, span_keys
+from storage.ports import WriteResult
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _BATCH_VIEW = "_tailwatch_batch"
 _SCORES_VIEW = "_tailwatch_scores"
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    inserted: int
-    duplicates: int
-    scores: int = 0
 
 
 @dataclass

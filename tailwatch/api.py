@@ -18,10 +18,10 @@ import pyarrow as pa
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
-from detectors.runner import Runner
+from detectors.detection import DetectionPass
 from storage import export
 from storage.analyst import AnalystQueries, QueryError
-from storage.readers import Reader
+from storage.ports import AlertQueries
 from tailwatch import results
 
 log = logging.getLogger("tailwatch.api")
@@ -40,8 +40,8 @@ def _json_value(value: Any) -> Any:
 def api_app(
     registry: CollectorRegistry,
     is_ready: Callable[[], bool],
-    reader: Reader,
-    runner: Runner | None = None,
+    alert_queries: AlertQueries,
+    detection: DetectionPass | None = None,
     *,
     analyst: AnalystQueries | None = None,
     token: str | None = None,
@@ -63,17 +63,13 @@ def api_app(
 
     async def alerts(request: web.Request) -> web.Response:
         """Alerts, newest first; `?state=firing|resolved`, `?detector=KEY`, `?limit=N` (default 100)."""
-        clauses, params = [], []
-        for field in ("state", "detector"):
-            if field in request.query:
-                clauses.append(f"{field} = ?")
-                params.append(request.query[field])
         try:
             limit = min(int(request.query.get("limit", "100")), 10_000)
         except ValueError:
             return _error(400, "bad_request", "limit must be an integer")
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        table = reader.arrow(f"SELECT * FROM alerts {where} ORDER BY updated_at DESC, alert_id LIMIT {limit}", params)
+        table = alert_queries.alerts(
+            state=request.query.get("state"), detector=request.query.get("detector"), limit=limit
+        )
         rows = [
             {k: (json.loads(v) if k == "labels" else _json_value(v)) for k, v in row.items()}
             for row in table.to_pylist()
@@ -82,18 +78,11 @@ def api_app(
 
     async def clusters(request: web.Request) -> web.Response:
         """Clusters of bad requests, newest window first, best first; `?detector=KEY`, `?limit=N` (default 50)."""
-        params: list[Any] = []
-        where = ""
-        if "detector" in request.query:
-            where, params = "WHERE detector = ?", [request.query["detector"]]
         try:
             limit = min(int(request.query.get("limit", "50")), 10_000)
         except ValueError:
             return _error(400, "bad_request", "limit must be an integer")
-        table = reader.arrow(
-            f"SELECT * EXCLUDE (evaluated_at) FROM clusters {where} ORDER BY window_end DESC, rank LIMIT {limit}",
-            params,
-        )
+        table = alert_queries.clusters(detector=request.query.get("detector"), limit=limit)
         rows = [
             {k: (json.loads(v) if k == "signature" else _json_value(v)) for k, v in row.items()}
             for row in table.to_pylist()
@@ -102,7 +91,7 @@ def api_app(
 
     async def detect(request: web.Request) -> web.Response:
         """Evaluate detectors now, or as of `at`, exactly as the scheduler would; returns what they found."""
-        if runner is None:
+        if detection is None:
             return _error(503, "unavailable", "detectors are not running")
         try:
             body = await request.json() if request.can_read_body else {}
@@ -113,12 +102,12 @@ def api_app(
                 else datetime.now(UTC).replace(tzinfo=None)
             )
             keys = body.get("detectors")
-            runner.keys(keys)  # validates the names
+            detection.keys(keys)  # validates the names
         except (ValueError, AttributeError, TypeError) as exc:
             return _error(400, "bad_request", f'expected {{"at": ISO 8601, "detectors": [...]}}: {exc}')
         except KeyError as exc:
             return _error(400, "unknown_detector", str(exc.args[0]))
-        results = await asyncio.get_running_loop().run_in_executor(None, runner.run_all, when, keys)
+        results = await asyncio.get_running_loop().run_in_executor(None, detection.run, when, keys)
         return web.json_response(
             {
                 "at": when.isoformat() + "Z",

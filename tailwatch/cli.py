@@ -265,21 +265,11 @@ def _serve(settings: Settings) -> int:
 
 
 def _migrate(settings: Settings) -> int:
-    from storage import migrate
-    from storage.database import open_database
+    from tailwatch.compose import open_storage
 
-    con = open_database(
-        settings.db,
-        memory_limit=settings.storage.memory_limit,
-        threads=settings.storage.threads,
-        checkpoint_threshold=settings.storage.checkpoint_threshold,
-    )
-    try:
-        before = migrate.current_revision(con)
-        migrate.upgrade(con)
-        after = migrate.current_revision(con)
-    finally:
-        con.close()
+    storage = open_storage(settings)
+    before, after = storage.migrated_from, storage.revision()
+    storage.close()
     print(
         f"{settings.db}: schema {before or 'empty'} -> {after}"
         if before != after
@@ -290,34 +280,20 @@ def _migrate(settings: Settings) -> int:
 
 def _detect(settings: Settings, args: argparse.Namespace) -> int:
     from detectors.registry import get
-    from detectors.runner import Runner
-    from storage import migrate
-    from storage.database import open_database
-    from storage.readers import Reader
-    from storage.writer import Writer
-    from tailwatch.service import notifier
+    from tailwatch.compose import detection_pass, notifier, open_storage
 
     for key in args.detector or []:
         get(key)  # an unknown key fails here, naming the known ones
     at = args.at or datetime.now(UTC).replace(tzinfo=None)
-    con = open_database(
-        settings.db,
-        memory_limit=settings.storage.memory_limit,
-        threads=settings.storage.threads,
-        checkpoint_threshold=settings.storage.checkpoint_threshold,
-    )
-    migrate.upgrade(con)
-    writer = Writer(con, max_queued_spans=1, dedup_window_seconds=0, dedup_max_spans=0)
-    writer.start()
-    sink = notifier(settings, None)
+    storage = open_storage(settings)
+    sink = notifier(settings)
     try:
-        results = Runner(Reader(con), writer, settings.detector_configs(), sink=sink).run_all(at, args.detector)
+        results = detection_pass(settings, storage, sink=sink).run(at, args.detector)
         if not sink.flush(settings.alerting.timeout_seconds * settings.alerting.max_attempts * 2):
             print("tailwatch: some alert notifications were not delivered in time", file=sys.stderr)
     finally:
         sink.close()
-        writer.close()
-        con.close()
+        storage.close()
     for r in results:
         status = "ok" if r.outcome == "ok" else f"FAILED: {r.error}"
         print(f"{r.detector}: window {r.window.label()}: {status}; {r.rows} figure rows, {len(r.firing)} firing")

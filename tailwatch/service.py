@@ -9,7 +9,6 @@ import time
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
-import duckdb
 from aiohttp import web
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
@@ -18,32 +17,17 @@ from collector.grpc_receiver import GrpcReceiver
 from collector.http_receiver import HttpReceiver
 from collector.metrics import IngestMetrics
 from collector.pipeline import IngestPipeline
+from detectors.detection import DetectionPass
 from detectors.notify import Notifier
-from detectors.runner import DetectorMetrics, Runner
 from detectors.scheduler import schedule
-from storage import migrate
-from storage.analyst import AnalystQueries, lock_down
-from storage.database import open_database
+from storage.duckdb.backend import DuckDBStorage
 from storage.readers import Reader
-from storage.retention import delete_expired
-from storage.writer import Writer, WriterMetrics
+from storage.writer import Writer
 from tailwatch.api import api_app
+from tailwatch.compose import detection_pass, notifier, open_storage
 from tailwatch.settings import Settings
 
 log = logging.getLogger("tailwatch")
-
-
-def notifier(settings: Settings, registry: CollectorRegistry | None) -> Notifier:
-    a = settings.alerting
-    return Notifier(
-        webhook_urls=a.webhook_urls,
-        alertmanager_url=a.alertmanager_url,
-        timeout_seconds=a.timeout_seconds,
-        max_attempts=a.max_attempts,
-        backoff_seconds=a.backoff_seconds,
-        queue_size=a.queue_size,
-        registry=registry,
-    )
 
 
 def _tls(settings: Settings) -> ssl.SSLContext | None:
@@ -64,15 +48,14 @@ class Service:
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
         self.api_port = settings.api_port
-        self._con: duckdb.DuckDBPyConnection | None = None
-        self._writer: Writer | None = None
+        self._storage: DuckDBStorage | None = None
         self._pipeline: IngestPipeline | None = None
         self._grpc: GrpcReceiver | None = None
         self._http_runner: web.AppRunner | None = None
         self._api_runner: web.AppRunner | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._notifier: Notifier | None = None
-        self.runner: Runner | None = None
+        self.detection: DetectionPass | None = None
         self._ready = False
         self._stopped = False
 
@@ -81,39 +64,25 @@ class Service:
         return self._ready
 
     @property
+    def storage(self) -> DuckDBStorage:
+        assert self._storage is not None, "the service is not started"
+        return self._storage
+
+    @property
     def writer(self) -> Writer:
         """The one writer: every change to the database goes through `writer.submit`."""
-        assert self._writer is not None, "the service is not started"
-        return self._writer
+        return self.storage.writer
 
     def reader(self) -> Reader:
         """Read-only access to the running service's database."""
-        assert self._con is not None, "the service is not started"
-        return Reader(self._con)
+        return self.storage.reader
 
     async def start(self) -> None:
         s = self.settings
         started = time.perf_counter()
-        self._con = con = open_database(
-            s.db,
-            memory_limit=s.storage.memory_limit,
-            threads=s.storage.threads,
-            checkpoint_threshold=s.storage.checkpoint_threshold,
-        )
-        migrate.upgrade(con)
-        # From here on no connection of this database reads or writes files other than its own, or
-        # changes its configuration: the analyst SQL endpoint's first wall.
-        lock_down(con)
-        self._writer = Writer(
-            con,
-            max_queued_spans=s.ingest.max_queued_spans,
-            dedup_window_seconds=s.ingest.dedup_window_seconds,
-            dedup_max_spans=s.ingest.dedup_max_spans,
-            metrics=WriterMetrics(self.registry),
-        )
-        self._writer.start()
+        self._storage = storage = open_storage(s, self.registry)
         self._pipeline = IngestPipeline(
-            self._writer,
+            storage.sink,
             IngestMetrics(self.registry),
             decode_workers=s.ingest.decode_workers,
             max_inflight_bytes=s.ingest.max_inflight_bytes,
@@ -136,20 +105,13 @@ class Service:
         )
         self._http_runner, self.http_port = await self._serve(http.app(), s.http_port)
         self._notifier = notifier(s, self.registry)
-        self.runner = Runner(
-            Reader(con),
-            self._writer,
-            s.detector_configs(),
-            sink=self._notifier,
-            metrics=DetectorMetrics(self.registry),
-        )
-        analyst = AnalystQueries(con, timeout_seconds=s.sql.timeout_seconds, max_rows=s.sql.max_rows)
+        self.detection = detection_pass(s, storage, sink=self._notifier, registry=self.registry)
         app = api_app(
             self.registry,
             lambda: self._ready,
-            Reader(con),
-            self.runner,
-            analyst=analyst,
+            storage.alert_queries,
+            self.detection,
+            analyst=storage.analyst,
             token=s.api.token.get_secret_value() if s.api.token else None,
             sql_slots=s.sql.max_concurrent,
         )
@@ -164,7 +126,7 @@ class Service:
             id="retention",
             next_run_time=datetime.now(UTC),
         )
-        detectors = schedule(self._scheduler, self.runner, s.detector_configs())
+        detectors = schedule(self._scheduler, self.detection)
         self._scheduler.start()
         self._ready = True
         # Decoder processes start in the background so the ports answer at once.
@@ -189,9 +151,8 @@ class Service:
 
     def enforce_retention(self) -> int:
         """Delete spans past the retention age, through the writer; returns how many."""
-        assert self._writer is not None
         cutoff = (datetime.now(UTC) - timedelta(days=self.settings.storage.retention_days)).replace(tzinfo=None)
-        deleted = self._writer.submit(lambda con: delete_expired(con, cutoff)).result()
+        deleted = self.storage.retention.delete_ended_before(cutoff)
         if deleted:
             log.info("retention: deleted %d spans that ended before %s", deleted, cutoff.isoformat())
         return deleted
@@ -213,14 +174,13 @@ class Service:
         await asyncio.gather(*stops)
         if self._pipeline is not None:
             await loop.run_in_executor(None, self._pipeline.close, grace)
-        if self._writer is not None:
-            await loop.run_in_executor(None, self._writer.close)
+        if self._storage is not None:
+            await loop.run_in_executor(None, self._storage.stop_writes)
         if self._api_runner is not None:
             await self._api_runner.cleanup()
         if self._notifier is not None:
             await loop.run_in_executor(None, self._notifier.flush, 5.0)
             self._notifier.close()
-        if self._con is not None:
-            self._con.execute("CHECKPOINT")
-            self._con.close()
+        if self._storage is not None:
+            self._storage.close()
         log.info("tailwatch stopped")

@@ -12,6 +12,7 @@ import polars as pl
 from detectors.base import Detection, Window
 from storage import migrate
 from storage.database import open_database
+from storage.duckdb.reads import DuckDBWindowSource
 
 
 def assert_fits_migrated_table(
@@ -31,7 +32,7 @@ def assert_fits_migrated_table(
         migrate.upgrade(con)
         columns = {row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()}
         assert set(figures.columns) == columns - {"evaluated_at"}
-        # The runner's insert must accept the frame's types and NOT NULL columns as they are.
+        # The pass's insert must accept the frame's types and NOT NULL columns as they are.
         con.register("figures_frame", figures.to_arrow())
         con.execute(
             f"INSERT INTO {table} BY NAME SELECT *, TIMESTAMP '2026-11-20 12:06' AS evaluated_at FROM figures_frame"
@@ -39,12 +40,13 @@ def assert_fits_migrated_table(
         assert con.execute(f"SELECT count(*) FROM {table}").fetchall() == [(rows,)]
 
         fetched: dict[str, pl.DataFrame] = {}
-        for key, query in inputs(config, window).items():
-            frame = pl.from_arrow(con.cursor().sql(query.sql, params=list(query.params)).to_arrow_table())
+        source = DuckDBWindowSource(con)
+        for key, read in inputs(config, window).items():
+            frame = pl.from_arrow(read.fetch(source))
             assert isinstance(frame, pl.DataFrame)
             fetched[key] = frame
         for key, schema in schemas.items():
-            # Fetched scores also carry DuckDB's request_key; hand-built frames join on their ids instead.
+            # Fetched frames also carry storage's request_key; hand-built frames join on their ids instead.
             extra = [c for c in fetched[key].columns if c == "request_key" and c not in schema]
             assert fetched[key].drop(extra).schema == pl.Schema(schema), key
         empty = detect(fetched, config, window)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -131,25 +132,24 @@ def test_a_planted_decode_spike_fires_once_and_reaches_the_webhook_and_alertmana
     assert any(b["status"] == "resolved" for b in webhook.bodies)
 
 
-def test_the_runner_reuses_a_cacheable_baseline_and_shares_queries_within_a_pass(service: RunningService) -> None:
-    """A repeated baseline query is read once; two detectors asking the same query in one pass share it."""
-    runner = service.service.runner
-    assert runner is not None
+def test_the_pass_reuses_a_cacheable_baseline_and_shares_reads_within_a_pass(service: RunningService) -> None:
+    """A repeated baseline read is fetched once; two detectors declaring the same read in one pass share it."""
+    detection = service.service.detection
+    assert detection is not None
+    source = service.service.storage.windows
     reads: list[str] = []
-    reader = runner._reader
-    original = reader.arrow
+    for method in ("request_summary", "scores"):
+        original = getattr(source, method)
 
-    def counting(sql: str, params: list[object] | None = None):
-        reads.append(sql)
-        return original(sql, params)
+        def counting(read: Any, _method: str = method, _original: Any = original) -> Any:
+            reads.append(_method)
+            return _original(read)
 
-    reader.arrow = counting  # type: ignore[method-assign]
+        setattr(source, method, counting)
     at = datetime(2026, 11, 20, 12, 0)
-    runner.run_all(at)
-    baseline_reads = sum("GROUPING SETS" in sql for sql in reads)
-    score_reads = sum("llm_request_scores_between" in sql for sql in reads)
-    assert baseline_reads == 1
-    assert score_reads == 1  # cache_curve, traffic_pattern and tenant_fairness share one read
+    detection.run(at)
+    assert reads.count("request_summary") == 1
+    assert reads.count("scores") == 1  # cache_curve, traffic_pattern and tenant_fairness share one read
     reads.clear()
-    runner.run_all(at + timedelta(minutes=5))  # same hour: the baseline is reused
-    assert sum("GROUPING SETS" in sql for sql in reads) == 0
+    detection.run(at + timedelta(minutes=5))  # same hour: the baseline is reused
+    assert reads.count("request_summary") == 0

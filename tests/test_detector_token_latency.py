@@ -12,13 +12,14 @@ import pytest
 from detectors.alerts import evaluate
 from detectors.base import Condition, Detection, Severity, Window
 from detectors.token_latency import Config, detect, inputs
+from storage.ports import Requests, RequestSummary
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 BASELINE_COLUMNS = [
     "model",
     "deployment",
     "tenant_id",
-    "model_level",
+    "grouping_set",
     "baseline_n",
     "baseline_p99",
     "baseline_cache_hit_mean",
@@ -41,7 +42,7 @@ def window_frame(tpots: list[float], **columns: Sequence[object]) -> pl.DataFram
 
 
 def baseline(p99: float, n: int = 5000, cache: float = 0.9) -> pl.DataFrame:
-    rows = [("llama", "vllm-a", None, True, n, p99, cache), ("llama", "vllm-a", "acme", False, n, p99, cache)]
+    rows = [("llama", "vllm-a", None, 0, n, p99, cache), ("llama", "vllm-a", "acme", 1, n, p99, cache)]
     return pl.DataFrame(
         rows,
         schema=BASELINE_COLUMNS,
@@ -335,9 +336,9 @@ FIVE = pl.DataFrame(
 )
 FIVE_BASELINE = pl.DataFrame(
     [
-        ("llama", "vllm-a", None, True, 900, 20.0, 0.75),
-        ("llama", "vllm-a", "acme", False, 300, 10.0, 0.5),
-        ("llama", "vllm-a", "globex", False, 600, 25.0, 0.875),
+        ("llama", "vllm-a", None, 0, 900, 20.0, 0.75),
+        ("llama", "vllm-a", "acme", 1, 300, 10.0, 0.5),
+        ("llama", "vllm-a", "globex", 1, 600, 25.0, 0.875),
     ],
     schema=BASELINE_COLUMNS,
     orient="row",
@@ -491,15 +492,15 @@ def test_summary_ends_with_the_figures_behind_the_reason(
     assert condition.summary.endswith(evidence)
 
 
-def test_baseline_query_ends_at_the_last_full_hour_before_the_window() -> None:
+def test_baseline_read_ends_at_the_last_full_hour_before_the_window() -> None:
     window = Window(datetime(2026, 11, 20, 12, 7), datetime(2026, 11, 20, 12, 12))
-    queries = inputs(Config(baseline_hours=6), window)
-    assert queries["window"].params == (window.start, window.end)
-    assert queries["baseline"].params == (datetime(2026, 11, 20, 6, 0), datetime(2026, 11, 20, 12, 0))
-    assert queries["baseline"].cacheable and not queries["window"].cacheable
+    reads = inputs(Config(baseline_hours=6), window)
+    assert isinstance(reads["window"], Requests) and isinstance(reads["baseline"], RequestSummary)
+    assert reads["window"].window == window
+    assert reads["baseline"].window == Window(datetime(2026, 11, 20, 6, 0), datetime(2026, 11, 20, 12, 0))
+    assert reads["baseline"].cacheable and not reads["window"].cacheable
     # A window starting off the minute (a settle time in seconds) still ends the baseline on the hour.
     odd = Window(datetime(2026, 11, 20, 12, 7, 31, 250_000), datetime(2026, 11, 20, 12, 12, 31, 250_000))
-    assert inputs(Config(baseline_hours=6), odd)["baseline"].params == (
-        datetime(2026, 11, 20, 6, 0),
-        datetime(2026, 11, 20, 12, 0),
-    )
+    odd_baseline = inputs(Config(baseline_hours=6), odd)["baseline"]
+    assert isinstance(odd_baseline, RequestSummary)
+    assert odd_baseline.window == Window(datetime(2026, 11, 20, 6, 0), datetime(2026, 11, 20, 12, 0))

@@ -15,6 +15,8 @@ from detectors.base import Detection, Window
 from detectors.traffic_pattern import Config, detect, inputs
 from storage import migrate
 from storage.database import open_database
+from storage.duckdb.reads import DuckDBWindowSource
+from storage.ports import Requests, Scores
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 LOOKBACK = timedelta(seconds=30)
@@ -151,10 +153,13 @@ def test_only_requests_that_ended_in_the_window_are_labelled() -> None:
 
 
 def test_inputs_reach_half_a_neighbourhood_before_the_window_for_requests_only() -> None:
-    queries = inputs(Config(), WINDOW)
-    assert queries["requests"].params == (WINDOW.start - LOOKBACK, WINDOW.end)
-    assert queries["scores"].params == (WINDOW.start, WINDOW.end)
-    assert inputs(Config(neighbourhood_seconds=120), WINDOW)["requests"].params[0] == WINDOW.start - 2 * LOOKBACK
+    reads = inputs(Config(), WINDOW)
+    assert isinstance(reads["requests"], Requests) and isinstance(reads["scores"], Scores)
+    assert reads["requests"].window == Window(WINDOW.start - LOOKBACK, WINDOW.end)
+    assert reads["scores"].window == WINDOW
+    wider = inputs(Config(neighbourhood_seconds=120), WINDOW)["requests"]
+    assert isinstance(wider, Requests)
+    assert wider.window.start == WINDOW.start - 2 * LOOKBACK
 
 
 def test_a_ten_fold_arrival_spike_labels_its_requests_burst() -> None:
@@ -315,15 +320,16 @@ def test_tables_match_the_migration_and_inputs_match_the_hand_built_frames(tmp_p
     for table, frame in [("traffic_pattern", out.figures), ("traffic_pattern_labels", labels(out))]:
         columns = {row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()}
         assert set(frame.columns) == columns - {"evaluated_at"}, table
-        # The runner's insert must accept the frame's types and NOT NULL columns as they are.
+        # The pass's insert must accept the frame's types and NOT NULL columns as they are.
         con.register("frame", frame.to_arrow())
         con.execute(f"INSERT INTO {table} BY NAME SELECT *, TIMESTAMP '2026-11-20 12:06' AS evaluated_at FROM frame")
         con.unregister("frame")
         assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (frame.height,)
 
     fetched_frames: dict[str, pl.DataFrame] = {}
-    for key, query in inputs(Config(), WINDOW).items():
-        result = pl.from_arrow(con.cursor().sql(query.sql, params=list(query.params)).to_arrow_table())
+    source = DuckDBWindowSource(con)
+    for key, read in inputs(Config(), WINDOW).items():
+        result = pl.from_arrow(read.fetch(source))
         assert isinstance(result, pl.DataFrame)
         fetched_frames[key] = result
     assert fetched_frames["requests"].schema == REQUEST_SCHEMA

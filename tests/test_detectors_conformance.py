@@ -13,6 +13,7 @@ import pytest
 from detectors.registry import REGISTRY, get
 from storage import migrate
 from storage.database import open_database
+from storage.duckdb.reads import DuckDBWindowSource
 from storage.readers import Reader
 from tailwatch.settings import Settings
 
@@ -31,8 +32,9 @@ def empty_frames(reader: Reader, key: str) -> dict[str, pl.DataFrame]:
     spec = get(key)
     config = spec.config()
     frames = {}
-    for name, q in spec.inputs(config, config.window(AT)).items():
-        frame = pl.from_arrow(reader.arrow(q.sql, list(q.params)))
+    source = DuckDBWindowSource(reader.connection)
+    for name, read in spec.inputs(config, config.window(AT)).items():
+        frame = pl.from_arrow(read.fetch(source))
         assert isinstance(frame, pl.DataFrame)
         frames[name] = frame
     return frames

@@ -11,8 +11,8 @@ from pydantic import BaseModel
 
 from collector.metrics import IngestMetrics
 from collector.reasons import LogRejectReason, RequestRefusal, SpanRejectReason
+from detectors.detection import DetectorMetrics
 from detectors.notify import NotifyMetrics
-from detectors.runner import DetectorMetrics
 from storage import migrate
 from storage.database import open_database
 from storage.writer import WriterMetrics

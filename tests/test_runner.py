@@ -1,4 +1,4 @@
-"""The runner's failure isolation: a detector that raises is recorded and counted, and the pass goes on."""
+"""The pass's failure isolation: a detector that raises is recorded and counted, and the pass goes on."""
 
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ from prometheus_client import CollectorRegistry
 from waiting import HANG_GUARD
 
 from detectors.base import Detection, Window
+from detectors.detection import DetectionPass, DetectorMetrics
 from detectors.registry import REGISTRY
-from detectors.runner import DetectorMetrics, Runner
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb.backend import DuckDBStorage
 from storage.readers import Reader
 from storage.writer import Writer
 
@@ -42,11 +41,11 @@ def failing_token_latency(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @dataclass
 class Store:
-    """A migrated database with its one writer, and a runner over it with the default detector configs."""
+    """A migrated database with its one writer, and a pass over it with the default detector configs."""
 
     reader: Reader
     writer: Writer
-    runner: Runner
+    detection: DetectionPass
     metrics: CollectorRegistry
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -62,18 +61,14 @@ class Store:
 @pytest.fixture
 def store(db_path: Path) -> Iterator[Store]:
     # No service: its scheduler would add evaluations of its own to the counts these tests check.
-    con = open_database(db_path)
-    migrate.upgrade(con)
-    writer = Writer(con, max_queued_spans=10_000, dedup_window_seconds=60, dedup_max_spans=10_000)
-    writer.start()
-    reader = Reader(con)
+    storage = DuckDBStorage.open(db_path)
     metrics = CollectorRegistry()
     configs = service_settings(db_path).detector_configs()
+    detection = DetectionPass(storage.windows, storage.detector_store, configs, metrics=DetectorMetrics(metrics))
     try:
-        yield Store(reader, writer, Runner(reader, writer, configs, metrics=DetectorMetrics(metrics)), metrics)
+        yield Store(storage.reader, storage.writer, detection, metrics)
     finally:
-        writer.close()
-        con.close()
+        storage.close()
 
 
 def plant_firing_alert(store: Store) -> None:
@@ -91,8 +86,7 @@ def plant_firing_alert(store: Store) -> None:
 def test_a_detector_that_raises_is_recorded_and_counted_and_the_rest_of_the_pass_still_runs(
     store: Store, failing_token_latency: None
 ) -> None:
-    runner = store.runner
-    results = runner.run_all(AT)
+    results = store.detection.run(AT)
 
     assert [r.detector for r in results] == list(REGISTRY)  # the whole pass ran, in registry order
     failed = results[0]
@@ -125,8 +119,7 @@ def test_a_failed_evaluation_leaves_the_detectors_firing_alerts_firing(
 ) -> None:
     """No data in the window would resolve the alert; a detector that could not evaluate must not."""
     plant_firing_alert(store)
-    runner = store.runner
-    result = runner.run("token_latency", AT)
+    [result] = store.detection.run(AT, ["token_latency"])
     assert result.outcome == "error"
     assert store.rows("SELECT alert_id, state, resolved_at, updated_at FROM alerts") == [
         ("a1", "firing", None, datetime(2026, 11, 20, 11, 55))
@@ -137,10 +130,9 @@ def test_a_failed_evaluation_leaves_the_detectors_firing_alerts_firing(
 def test_a_failed_run_that_cannot_be_recorded_is_logged_and_the_pass_still_returns(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    runner = store.runner
     store.writer.close()  # as at shutdown: nothing more can be persisted
-    with caplog.at_level(logging.WARNING, logger="detectors.runner"):
-        results = runner.run_all(AT, only=["token_latency", "cache_curve"])
+    with caplog.at_level(logging.WARNING, logger="detectors.detection"):
+        results = store.detection.run(AT, only=["token_latency", "cache_curve"])
     assert [(r.detector, r.outcome, r.error) for r in results] == [
         ("token_latency", "error", "RuntimeError: the writer is closed"),
         ("cache_curve", "error", "RuntimeError: the writer is closed"),

@@ -50,11 +50,11 @@ def simulate_and_detect(db: Path, names: list[str], seed: int = 7, protocol: str
             names, endpoint=endpoint, protocol=protocol, seed=seed, end=end, history_hours=2.0,
             history_rate=0.1, rate=3.0,
         )  # fmt: skip
-        runner = svc.service.runner
-        assert runner is not None
+        detection = svc.service.detection
+        assert detection is not None
         sent = len(simulate.requests(names, seed=seed, end=end, history_hours=2.0, history_rate=0.1, rate=3.0))
         assert svc.rows("SELECT count(*) FROM llm_requests") == [(sent,)]  # every simulated request arrived
-        results = runner.run_all(end + timedelta(seconds=30))
+        results = detection.run(end + timedelta(seconds=30))
         clusters = [json.loads(row[0]) for row in svc.rows("SELECT signature FROM clusters ORDER BY rank")]
         return results, clusters
 
@@ -125,9 +125,9 @@ def test_traffic_labels_are_queryable_per_request_through_the_view(db_path: Path
             ["morning_burst"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=0.5,
             history_rate=0.1, rate=3.0,
         )  # fmt: skip
-        runner = svc.service.runner
-        assert runner is not None
-        [result] = runner.run_all(end + timedelta(seconds=30), ["traffic_pattern"])
+        detection = svc.service.detection
+        assert detection is not None
+        [result] = detection.run(end + timedelta(seconds=30), ["traffic_pattern"])
         window = (result.window.start, result.window.end)
         ended = svc.rows("SELECT count(*) FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP)", list(window))
         labelled = svc.rows(

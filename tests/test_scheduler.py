@@ -1,16 +1,20 @@
-"""The scheduler: one job per enabled detector, on the interval grid, evaluated as of the grid time."""
+"""The scheduler: one job for the detection pass, on the interval grid, evaluated as of the grid time."""
 
 from __future__ import annotations
 
 import json
 import urllib.request
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from conftest import RunningService
+from conftest import RunningService, service_settings
 from waiting import HANG_GUARD
 
-from detectors.scheduler import grid_time, schedule
+from detectors.detection import DetectionPass
+from detectors.registry import REGISTRY
+from detectors.scheduler import JOB_ID, grid_time, schedule, scheduled_pass
+from storage.duckdb.backend import DuckDBStorage
 
 
 def test_grid_time_rounds_down_to_the_interval() -> None:
@@ -18,20 +22,42 @@ def test_grid_time_rounds_down_to_the_interval() -> None:
     assert grid_time(datetime(2026, 11, 20, 12, 5), 300) == datetime(2026, 11, 20, 12, 5)
 
 
-def test_each_enabled_detector_gets_an_aligned_job_that_evaluates_at_the_grid_time(service: RunningService) -> None:
-    runner = service.service.runner
-    assert runner is not None
-    scheduler = BackgroundScheduler(timezone="UTC")  # not started: the jobs are run by hand, no waiting
+def test_one_aligned_job_runs_the_pass_over_every_enabled_detector_at_the_grid_time(service: RunningService) -> None:
+    detection = service.service.detection
+    assert detection is not None
+    scheduler = BackgroundScheduler(timezone="UTC")  # not started: the job is run by hand, no waiting
     late = datetime(2026, 11, 20, 12, 7, 31)  # a run that started 2.5 minutes after its slot
-    keys = schedule(scheduler, runner, service.settings.detector_configs(), clock=lambda: late)
-    assert sorted(keys) == sorted(service.settings.detector_configs())
-    job = scheduler.get_job("detector:token_latency")
+    keys = schedule(scheduler, detection, clock=lambda: late)
+    assert keys == list(REGISTRY)
+    [job] = scheduler.get_jobs()
+    assert job.id == JOB_ID
     assert job.trigger.start_date == datetime(2026, 11, 20, 12, 10, tzinfo=UTC)
+    assert job.trigger.interval == timedelta(seconds=300)
     assert (job.coalesce, job.max_instances) == (True, 1)
     job.func(*job.args)
-    assert service.rows("SELECT detector, evaluated_at, outcome FROM detector_runs") == [
-        ("token_latency", datetime(2026, 11, 20, 12, 5), "ok")
+    assert service.rows("SELECT detector, evaluated_at, outcome FROM detector_runs ORDER BY detector") == [
+        (key, datetime(2026, 11, 20, 12, 5), "ok") for key in sorted(REGISTRY)
     ]
+
+
+def test_the_job_ticks_at_the_common_divisor_and_runs_each_detector_on_its_own_grid(db_path: Path) -> None:
+    settings = service_settings(
+        db_path, detectors={"token_latency": {"interval_seconds": 60}, "clusters": {"interval_seconds": 600}}
+    )
+    storage = DuckDBStorage.open(db_path)
+    try:
+        detection = DetectionPass(storage.windows, storage.detector_store, settings.detector_configs())
+        assert detection.tick_seconds == 60
+        assert detection.due(datetime(2026, 11, 20, 12, 1)) == ["token_latency"]
+        assert detection.due(datetime(2026, 11, 20, 12, 5)) == [k for k in REGISTRY if k != "clusters"]
+        assert detection.due(datetime(2026, 11, 20, 12, 10)) == list(REGISTRY)
+        results = scheduled_pass(detection, clock=lambda: datetime(2026, 11, 20, 12, 1, 59))
+        assert [(r.detector, r.outcome) for r in results] == [("token_latency", "ok")]
+        assert storage.reader.rows("SELECT detector, evaluated_at FROM detector_runs") == [
+            ("token_latency", datetime(2026, 11, 20, 12, 1))
+        ]
+    finally:
+        storage.close()
 
 
 def test_alerts_endpoint_lists_alerts_with_filters(service: RunningService) -> None:

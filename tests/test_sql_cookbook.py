@@ -34,14 +34,14 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]
     end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30)
     db = tmp_path_factory.mktemp("cookbook") / "tailwatch.duckdb"
     with RunningService(service_settings(db)) as svc:
-        assert svc.service.runner is not None
+        assert svc.service.detection is not None
         for i, name in enumerate(SCENARIOS):
             at = end - timedelta(minutes=20 * (len(SCENARIOS) - 1 - i))
             simulate.run(
                 [name], endpoint=svc.grpc_target, protocol="grpc", seed=5, end=at, history_hours=0.25,
                 history_rate=0.2, rate=3.0,
             )  # fmt: skip
-            svc.service.runner.run_all(at + timedelta(seconds=30))
+            svc.service.detection.run(at + timedelta(seconds=30))
         yield svc
 
 

@@ -1,0 +1,239 @@
+"""The detection pass: the one way detectors run, whoever asks.
+
+The scheduler in `tailwatch serve`, `POST /v1/detect`, `tailwatch detect` and the benchmarks all call
+`DetectionPass.run`. One pass evaluates its detectors in registry order (clusters last, after the
+traffic labels and alerts it reads), reads what two detectors both declare once, and holds a lock
+for its whole length: a pass asked for while another runs waits for it, so both never read the
+same firing state before either persists. For each detector it fetches the declared reads, times
+the pure `detect`, applies the alert state, persists the evaluation atomically and notifies. A
+failing detector is logged, counted and recorded; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+import polars as pl
+import pyarrow as pa
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import Counter as MetricCounter
+
+from detectors.alerts import Alert, Evaluation, evaluate
+from detectors.base import DetectorConfig, Read, Window
+from detectors.registry import REGISTRY, get
+from storage.ports import DetectorStore, EvaluationRecord, RunRecord, WindowSource
+
+log = logging.getLogger(__name__)
+_CACHE_SIZE = 32
+
+
+class AlertSink(Protocol):
+    """Where alert transitions go after they are stored (the notifier)."""
+
+    def publish(self, detector: str, evaluation: Evaluation, interval_seconds: int) -> None: ...
+
+
+@dataclass
+class RunResult:
+    detector: str
+    window: Window
+    outcome: str  # ok | error
+    seconds: float
+    rows: int = 0
+    conditions: int = 0
+    firing: list[Alert] = field(default_factory=list)
+    error: str | None = None
+
+
+class SharedReads:
+    """Reads one pass reuses: kept only while another detector still needs them, so a day-long frame
+    is not held for the rest of the pass once its last reader is done."""
+
+    def __init__(self, uses: Counter[Read]) -> None:
+        self._remaining = uses
+        self._tables: dict[Read, pa.Table] = {}
+
+    def take(self, read: Read) -> pa.Table | None:
+        table = self._tables.get(read)
+        if table is not None:
+            self._used(read)
+        return table
+
+    def keep(self, read: Read, table: pa.Table) -> None:
+        self._used(read)
+        if self._remaining[read] > 0:
+            self._tables[read] = table
+
+    def _used(self, read: Read) -> None:
+        self._remaining[read] -= 1
+        if self._remaining[read] <= 0:
+            self._tables.pop(read, None)
+
+
+class DetectorMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.runs = MetricCounter(
+            "tailwatch_detector_runs",
+            "Detector evaluations by outcome (ok, error).",
+            ["detector", "outcome"],
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "tailwatch_detector_run_seconds",
+            "Time of one evaluation: fetch, detect and persist.",
+            ["detector"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+            registry=registry,
+        )
+        self.firing = Gauge(
+            "tailwatch_alerts_firing", "Alerts firing after the last evaluation.", ["detector"], registry=registry
+        )
+
+
+def grid_time(now: datetime, interval_seconds: int) -> datetime:
+    """`now` (naive UTC) rounded down to the interval grid (every 5 minutes at :00, :05, … for 300)."""
+    epoch = now.replace(tzinfo=UTC).timestamp()
+    return datetime.fromtimestamp(epoch - epoch % interval_seconds, UTC).replace(tzinfo=None)
+
+
+class DetectionPass:
+    def __init__(
+        self,
+        source: WindowSource,
+        store: DetectorStore,
+        configs: Mapping[str, DetectorConfig],
+        *,
+        sink: AlertSink | None = None,
+        metrics: DetectorMetrics | None = None,
+    ) -> None:
+        self._source = source
+        self._store = store
+        self._configs = configs
+        self._sink = sink
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        # Cacheable reads (baselines that lie wholly in the past), by their declaration; a handful at most.
+        self._cache: dict[Read, pa.Table] = {}
+
+    def keys(self, only: Iterable[str] | None = None) -> list[str]:
+        """Detectors to run, in registry order: the named ones (validated), or every enabled one."""
+        if only:
+            named = {get(k).key for k in only}
+            return [k for k in REGISTRY if k in named]
+        return [k for k in REGISTRY if self._configs[k].enabled]
+
+    @property
+    def tick_seconds(self) -> int:
+        """How often the scheduler starts a pass: every enabled detector's interval is a multiple of it."""
+        return math.gcd(*(self._configs[k].interval_seconds for k in self.keys())) or 300
+
+    def due(self, at: datetime) -> list[str]:
+        """The enabled detectors whose own interval grid has a point at `at`."""
+        return [k for k in self.keys() if grid_time(at, self._configs[k].interval_seconds) == at]
+
+    def run(self, at: datetime, only: Iterable[str] | None = None) -> list[RunResult]:
+        """Evaluate detectors as of wall-clock `at` (naive UTC) and persist what they found."""
+        keys = self.keys(only)
+        with self._lock:
+            plans: dict[str, dict[str, Read] | Exception] = {}
+            uses: Counter[Read] = Counter()
+            for key in keys:
+                config = self._configs[key]
+                try:
+                    plans[key] = reads = get(key).inputs(config, config.window(at))
+                except Exception as exc:  # noqa: BLE001 - reported as this detector's failed run below
+                    plans[key] = exc
+                    continue
+                uses.update(reads.values())
+            shared = SharedReads(uses)
+            return [self._evaluate(key, at, plans[key], shared) for key in keys]
+
+    def _evaluate(self, key: str, at: datetime, reads: dict[str, Read] | Exception, shared: SharedReads) -> RunResult:
+        spec = get(key)
+        config = self._configs[key]
+        window = config.window(at)
+        started = time.perf_counter()
+        try:
+            if isinstance(reads, Exception):
+                raise reads
+            frames = {name: _frame(self._fetch(read, shared)) for name, read in reads.items()}
+            detection = spec.detect(frames, config, window)
+            state = self._store.firing_state(key)
+            evaluation = evaluate(
+                key,
+                detection.conditions,
+                state.firing,
+                state.breaches,
+                for_evaluations=config.for_evaluations,
+                default_severity=config.severity,
+                window=window,
+                at=at,
+            )
+            run = RunRecord(
+                key, at, window, "ok", time.perf_counter() - started,
+                rows=detection.figures.height, conditions=len(detection.conditions),
+            )  # fmt: skip
+            self._store.persist(
+                EvaluationRecord(
+                    run,
+                    # Re-evaluating a window (a replay, a backfill) replaces its figures instead of adding to them.
+                    figures={key: detection.figures, **detection.extra_tables},
+                    fired=evaluation.fired,
+                    changed=evaluation.updated + evaluation.resolved,
+                    breaches=evaluation.breaches,
+                )
+            )
+        except Exception as exc:  # one broken detector must not stop the others
+            seconds = time.perf_counter() - started
+            log.exception("detector %s failed for %s", key, window.label())
+            self._record_failure(key, window, at, seconds, exc)
+            return RunResult(key, window, "error", seconds, error=f"{type(exc).__name__}: {exc}")
+        seconds = time.perf_counter() - started
+        for alert in evaluation.fired:
+            log.warning("alert firing [%s] %s: %s", alert.severity, key, alert.summary)
+        for alert in evaluation.resolved:
+            log.info("alert resolved %s %s", key, json.dumps(alert.labels, sort_keys=True))
+        if self._sink is not None:
+            self._sink.publish(key, evaluation, config.interval_seconds)
+        if self._metrics is not None:
+            self._metrics.runs.labels(key, "ok").inc()
+            self._metrics.seconds.labels(key).observe(seconds)
+            self._metrics.firing.labels(key).set(len(evaluation.firing))
+        return RunResult(
+            key, window, "ok", seconds, rows=detection.figures.height, conditions=len(detection.conditions),
+            firing=evaluation.firing,
+        )  # fmt: skip
+
+    def _fetch(self, read: Read, shared: SharedReads) -> pa.Table:
+        if (table := shared.take(read)) is not None:
+            return table
+        table = self._cache[read] if read.cacheable and read in self._cache else read.fetch(self._source)
+        if read.cacheable:
+            if len(self._cache) >= _CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[read] = table
+        shared.keep(read, table)
+        return table
+
+    def _record_failure(self, key: str, window: Window, at: datetime, seconds: float, exc: Exception) -> None:
+        if self._metrics is not None:
+            self._metrics.runs.labels(key, "error").inc()
+        try:
+            self._store.log_run(RunRecord(key, at, window, "error", seconds, error=f"{type(exc).__name__}: {exc}"))
+        except Exception:  # noqa: BLE001 - the run log is best effort; the failure is already logged
+            log.warning("could not record the failed run of %s", key)
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame

@@ -1,0 +1,111 @@
+"""The DuckDB backend as one object: the database file, its one writer, and every port over them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+from prometheus_client import CollectorRegistry
+
+from storage import migrate
+from storage.analyst import AnalystQueries, lock_down
+from storage.database import open_database
+from storage.duckdb.detector_store import DuckDBDetectorStore
+from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
+from storage.readers import Reader
+from storage.retention import delete_expired
+from storage.writer import Writer, WriterMetrics
+
+
+class DuckDBRetention:
+    """The `SpanRetention` port: the delete runs on the writer like every other change."""
+
+    def __init__(self, writer: Writer) -> None:
+        self._writer = writer
+
+    def delete_ended_before(self, cutoff: datetime) -> int:
+        return self._writer.submit(lambda con: delete_expired(con, cutoff)).result()
+
+
+class DuckDBStorage:
+    """Every storage port over one database file. `open` migrates it and starts the writer."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        writer: Writer,
+        *,
+        sql_timeout_seconds: float,
+        sql_max_rows: int,
+        migrated_from: str | None = None,
+    ) -> None:
+        self.connection = con
+        self.migrated_from = migrated_from  # the schema revision the file had before `open` (None: new)
+        self.writer = writer
+        self.windows = DuckDBWindowSource(con)
+        self.detector_store = DuckDBDetectorStore(self.windows, writer)
+        self.alert_queries = DuckDBAlertQueries(self.windows)
+        self.analyst = AnalystQueries(con, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
+        self.retention = DuckDBRetention(writer)
+        self.reader = Reader(con)
+        self._closed = False
+
+    @property
+    def sink(self) -> Writer:
+        return self.writer
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        memory_limit: str = "512MB",
+        threads: int = 2,
+        checkpoint_threshold: str = "256MB",
+        max_queued_spans: int = 200_000,
+        dedup_window_seconds: float = 0,
+        dedup_max_spans: int = 0,
+        sql_timeout_seconds: float = 30,
+        sql_max_rows: int = 10_000,
+        registry: CollectorRegistry | None = None,
+    ) -> DuckDBStorage:
+        """Open (creating if needed) the file, migrate it to the newest schema, start the writer."""
+        con = open_database(path, memory_limit=memory_limit, threads=threads, checkpoint_threshold=checkpoint_threshold)
+        try:
+            before = migrate.current_revision(con)
+            migrate.upgrade(con)
+            # From here on no connection of this database reads or writes files other than its own, or
+            # changes its configuration: the analyst SQL endpoint's first wall.
+            lock_down(con)
+            writer = Writer(
+                con,
+                max_queued_spans=max_queued_spans,
+                dedup_window_seconds=dedup_window_seconds,
+                dedup_max_spans=dedup_max_spans,
+                metrics=WriterMetrics(registry) if registry is not None else None,
+            )
+            writer.start()
+        except BaseException:
+            con.close()
+            raise
+        return cls(
+            con, writer, sql_timeout_seconds=sql_timeout_seconds, sql_max_rows=sql_max_rows, migrated_from=before
+        )
+
+    def revision(self) -> str | None:
+        """The schema revision the file is at."""
+        return migrate.current_revision(self.connection)
+
+    def stop_writes(self) -> None:
+        """Commit everything queued and stop the writer. Idempotent."""
+        self.writer.close()
+
+    def close(self) -> None:
+        """Stop writes, checkpoint and close the file. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.writer.close()
+        self.connection.execute("CHECKPOINT")
+        self.connection.close()

@@ -1,0 +1,283 @@
+"""The ports: what the rest of Tailwatch needs from storage, each named for its caller.
+
+A backend (DuckDB today, in `storage.duckdb`) implements these and nothing else is visible to the
+collector, the detectors or the API: no SQL, no connection, no dialect crosses this line. A detector
+declares what it reads as one of the `Read` values below (which requests, which columns, which
+window) and the detection pass hands that to a `WindowSource`.
+
+Times are naive UTC throughout, like the stored columns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+import polars as pl
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Window:
+    """Half-open event-time interval [start, end) over span end_time, naive UTC."""
+
+    start: datetime
+    end: datetime
+
+    def label(self) -> str:
+        return f"{self.start:%Y-%m-%d %H:%M}–{self.end:%H:%M} UTC"
+
+
+# ---- what the collector writes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one accepted batch did once committed: new spans, spans already stored, scores."""
+
+    inserted: int
+    duplicates: int
+    scores: int = 0
+
+
+class SpanSink(Protocol):
+    """Where decoded spans and scores go. The future resolves once they are durable."""
+
+    def try_submit(self, spans: pa.Table | None, scores: pa.Table | None = None) -> Future[WriteResult] | None:
+        """Queue a batch; None when the backend cannot take it now (the receiver answers 'retry later')."""
+        ...
+
+
+# ---- what a detector reads ----------------------------------------------------------------------
+# Every read returns Arrow with a 64-bit `request_key` per request (the same for a request's scores,
+# labels and row), so frames join on one integer; the two id strings come only when asked for, where
+# a detector quotes them: a day of ids is ~1.5 GiB once in Python.
+
+
+@dataclass(frozen=True)
+class Requests:
+    """The LLM requests (client/server pairs counted once) that ended inside `window`.
+
+    Columns: `request_key`, then `columns` (names from the request model); `trace_id` and `span_id`
+    too with `ids`. Only rows where every `require` column is not NULL.
+    """
+
+    window: Window
+    columns: tuple[str, ...]
+    require: tuple[str, ...] = ()
+    ids: bool = False
+    cacheable = False
+
+    def fetch(self, source: WindowSource) -> pa.Table:
+        return source.requests(self)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Every non-NULL score of the requests that ended inside `window`: `request_key`, `name`, `score`
+    (and `trace_id`, `span_id` with `ids`)."""
+
+    window: Window
+    ids: bool = False
+    cacheable = False
+
+    def fetch(self, source: WindowSource) -> pa.Table:
+        return source.scores(self)
+
+
+class Aggregate(StrEnum):
+    COUNT = "count"  # rows in the group; `column` unused
+    MEAN = "mean"
+    QUANTILE = "quantile"  # linear interpolation between closest ranks, as `quantile_cont`
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One output column of a `RequestSummary`: `name` = `aggregate` of `column` (at `q` for a quantile)."""
+
+    name: str
+    aggregate: Aggregate
+    column: str | None = None
+    q: float | None = None
+
+
+@dataclass(frozen=True)
+class RequestSummary:
+    """Measures of the requests that ended inside `window`, per group, for each grouping set.
+
+    Computed where the data is: a day of requests comes back as one row per group. Columns: every
+    column named in any grouping set (NULL where that set does not group by it), `grouping_set` (the
+    index into `grouping_sets`), then each measure by name. `cacheable`: the window lies wholly in
+    the past, so the same read gives the same answer and the pass may reuse it while it repeats.
+    """
+
+    window: Window
+    grouping_sets: tuple[tuple[str, ...], ...]
+    measures: tuple[Measure, ...]
+    require: tuple[str, ...] = ()
+    cacheable: bool = False
+
+    def fetch(self, source: WindowSource) -> pa.Table:
+        return source.request_summary(self)
+
+
+@dataclass(frozen=True)
+class TrafficLabels:
+    """The traffic pattern stored for each request of exactly this window: `request_key`, `pattern`
+    (and `trace_id`, `span_id` with `ids`)."""
+
+    window: Window
+    ids: bool = False
+    cacheable = False
+
+    def fetch(self, source: WindowSource) -> pa.Table:
+        return source.traffic_labels(self)
+
+
+@dataclass(frozen=True)
+class FiringAlerts:
+    """Every firing alert, oldest id first: `detector`, `labels` (a JSON object)."""
+
+    cacheable = False
+
+    def fetch(self, source: WindowSource) -> pa.Table:
+        return source.firing_alerts()
+
+
+Read = Requests | Scores | RequestSummary | TrafficLabels | FiringAlerts
+
+
+class WindowSource(Protocol):
+    """The reads detectors declare, answered as Arrow tables."""
+
+    def requests(self, read: Requests) -> pa.Table: ...
+    def scores(self, read: Scores) -> pa.Table: ...
+    def request_summary(self, read: RequestSummary) -> pa.Table: ...
+    def traffic_labels(self, read: TrafficLabels) -> pa.Table: ...
+    def firing_alerts(self) -> pa.Table: ...
+
+
+# ---- what the detection pass keeps --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One row of the `alerts` table: a firing (or resolved) condition of one detector's group."""
+
+    alert_id: str
+    detector: str
+    fingerprint: str
+    severity: str
+    state: str  # firing | resolved
+    labels: dict[str, str]
+    summary: str
+    value: float | None
+    threshold: float | None
+    window_start: datetime
+    window_end: datetime
+    started_at: datetime
+    resolved_at: datetime | None
+    updated_at: datetime
+
+    def as_row(self) -> dict[str, Any]:
+        return {**self.__dict__, "labels": json.dumps(self.labels, sort_keys=True)}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Alert:
+        return cls(**{**row, "labels": json.loads(row["labels"])})
+
+
+@dataclass(frozen=True)
+class FiringState:
+    """A detector's state between evaluations: its firing alerts and consecutive breaches, by fingerprint."""
+
+    firing: dict[str, Alert] = field(default_factory=dict)
+    breaches: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One line of the run log (`detector_runs`)."""
+
+    detector: str
+    at: datetime
+    window: Window
+    outcome: str  # ok | error
+    seconds: float
+    rows: int | None = None
+    conditions: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class EvaluationRecord:
+    """Everything one evaluation of one detector changes, persisted together or not at all.
+
+    `figures`: by table, the rows that replace whatever that table held for the window (a replay or
+    a backfill of a window overwrites it). `fired` are new alerts, `changed` alerts whose row is
+    updated (refreshed or resolved), `breaches` the detector's counters after the evaluation.
+    """
+
+    run: RunRecord
+    figures: Mapping[str, pl.DataFrame]
+    fired: Sequence[Alert] = ()
+    changed: Sequence[Alert] = ()
+    breaches: Mapping[str, int] = field(default_factory=dict)
+
+
+class DetectorStore(Protocol):
+    """Firing state, atomic persistence of an evaluation, and the run log."""
+
+    def firing_state(self, detector: str) -> FiringState: ...
+
+    def persist(self, evaluation: EvaluationRecord) -> None:
+        """Write the evaluation in one transaction: on failure nothing of it is stored."""
+        ...
+
+    def log_run(self, run: RunRecord) -> None:
+        """Record a run that stored nothing else (a failed one)."""
+        ...
+
+
+# ---- what the API and the console read ----------------------------------------------------------
+
+
+class AlertQueries(Protocol):
+    """Alerts and clusters, newest first, for the API."""
+
+    def alerts(self, *, state: str | None = None, detector: str | None = None, limit: int = 100) -> pa.Table: ...
+
+    def clusters(self, *, detector: str | None = None, limit: int = 50) -> pa.Table: ...
+
+
+class SpanRetention(Protocol):
+    def delete_ended_before(self, cutoff: datetime) -> int:
+        """Delete spans whose end_time is before `cutoff`; returns how many."""
+        ...
+
+
+Params = Sequence[Any] | Mapping[str, Any] | None
+
+
+class QueryResult(Protocol):
+    table: pa.Table
+    truncated: bool
+    types: list[str]
+    seconds: float
+
+
+class AnalystSQL(Protocol):
+    """Analysts' read-only statements, in the backend's own SQL dialect, under a time limit and a row cap."""
+
+    timeout_seconds: float
+    max_rows: int
+
+    def run(self, sql: str, params: Params = None, *, max_rows: int | None = None) -> QueryResult: ...
+
+    def stream(self, sql: str, params: Params = None) -> AbstractContextManager[pa.RecordBatchReader]: ...

@@ -1,0 +1,62 @@
+"""The composition root: settings in, storage and the detection pass out.
+
+`serve`, `detect`, `migrate`, the benchmarks and the tests build their parts here, so there is one
+place that knows which backend a setting selects and how it is configured.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
+from detectors.notify import Notifier
+from storage.duckdb.backend import DuckDBStorage
+from tailwatch.settings import Settings
+
+
+def open_storage(settings: Settings, registry: CollectorRegistry | None = None) -> DuckDBStorage:
+    """The configured database, migrated to the newest schema, its writer running."""
+    s, i = settings.storage, settings.ingest
+    return DuckDBStorage.open(
+        settings.db,
+        memory_limit=s.memory_limit,
+        threads=s.threads,
+        checkpoint_threshold=s.checkpoint_threshold,
+        max_queued_spans=i.max_queued_spans,
+        dedup_window_seconds=i.dedup_window_seconds,
+        dedup_max_spans=i.dedup_max_spans,
+        sql_timeout_seconds=settings.sql.timeout_seconds,
+        sql_max_rows=settings.sql.max_rows,
+        registry=registry,
+    )
+
+
+def notifier(settings: Settings, registry: CollectorRegistry | None = None) -> Notifier:
+    """Alert delivery to the configured webhooks and Alertmanager."""
+    a = settings.alerting
+    return Notifier(
+        webhook_urls=a.webhook_urls,
+        alertmanager_url=a.alertmanager_url,
+        timeout_seconds=a.timeout_seconds,
+        max_attempts=a.max_attempts,
+        backoff_seconds=a.backoff_seconds,
+        queue_size=a.queue_size,
+        registry=registry,
+    )
+
+
+def detection_pass(
+    settings: Settings,
+    storage: DuckDBStorage,
+    *,
+    sink: AlertSink | None = None,
+    registry: CollectorRegistry | None = None,
+) -> DetectionPass:
+    """The one detection pass over `storage`, with the configured detectors."""
+    return DetectionPass(
+        storage.windows,
+        storage.detector_store,
+        settings.detector_configs(),
+        sink=sink,
+        metrics=DetectorMetrics(registry) if registry is not None else None,
+    )
