@@ -121,6 +121,8 @@ class DetectionPass:
         self._sink = sink
         self._metrics = metrics
         self._lock = threading.Lock()
+        self._waiting = 0  # passes blocked on the lock behind the running one
+        self._counting = threading.Lock()
         # Cacheable reads (baselines that lie wholly in the past), by their declaration; a handful at most.
         self._cache: dict[Read, pa.Table] = {}
 
@@ -140,10 +142,22 @@ class DetectionPass:
         """The enabled detectors whose own interval grid has a point at `at`."""
         return [k for k in self.keys() if grid_time(at, self._configs[k].interval_seconds) == at]
 
+    @property
+    def waiting(self) -> int:
+        """Passes waiting for the one under way to finish."""
+        return self._waiting
+
     def run(self, at: datetime, only: Iterable[str] | None = None) -> list[RunResult]:
         """Evaluate detectors as of wall-clock `at` (naive UTC) and persist what they found."""
         keys = self.keys(only)
-        with self._lock:
+        with self._counting:
+            self._waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._counting:
+                self._waiting -= 1
+        try:
             plans: dict[str, dict[str, Read] | Exception] = {}
             uses: Counter[Read] = Counter()
             for key in keys:
@@ -156,6 +170,8 @@ class DetectionPass:
                 uses.update(reads.values())
             shared = SharedReads(uses)
             return [self._evaluate(key, at, plans[key], shared) for key in keys]
+        finally:
+            self._lock.release()
 
     def _evaluate(self, key: str, at: datetime, reads: dict[str, Read] | Exception, shared: SharedReads) -> RunResult:
         spec = get(key)
