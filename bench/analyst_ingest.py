@@ -30,8 +30,8 @@ from detection import GENERATE, SCORES
 from ingest import run_server, send_all
 from llm_spans import unique_requests
 
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 
 # A day of requests, paired and grouped: what an analyst asking "p99 by tenant and model" costs.
 HEAVY = """

@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from llm_spans import unique_requests
 
 from collector.decode import Encoding, decode_traces
-from storage import migrate
-from storage.database import open_database
-from storage.writer import Writer
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
+from storage.duckdb.writer import Writer
 
 
 def main() -> None:

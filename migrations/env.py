@@ -1,4 +1,4 @@
-"""Alembic environment, driven by storage.migrate: runs on the connection passed in `config.attributes`.
+"""Alembic environment, driven by storage.duckdb.migrate: runs on the connection passed in `config.attributes`.
 
 Revisions write DuckDB DDL with `op.execute` and never import application models, so an old revision
 keeps meaning what it meant when it was written.

@@ -16,14 +16,8 @@ import pyarrow.dataset as ds
 
 # Each dataset's rows whose time is in [since, until), with `date` (UTC day of end_time) and
 # `tenant_id` as the partition columns; NULL tenants go to tenant_id=__HIVE_DEFAULT_PARTITION__.
-DATASETS = {
-    "spans": "SELECT *, end_time::DATE AS date FROM spans WHERE end_time >= $since AND end_time < $until",
-    "requests": "SELECT *, end_time::DATE AS date FROM llm_requests_between($since, $until)",
-    "scores": """
-        SELECT s.*, r.end_time::DATE AS date, r.tenant_id
-        FROM llm_request_scores_between($since, $until) AS s
-        JOIN llm_requests_between($since, $until) AS r USING (trace_id, span_id)""",
-}
+# A backend answers them through `AnalystSQL.export`.
+DATASETS = ("spans", "requests", "scores")
 PARTITIONING = ds.partitioning(pa.schema([("date", pa.date32()), ("tenant_id", pa.string())]), flavor="hive")
 
 
@@ -31,13 +25,12 @@ class ExportError(ValueError):
     """An export that cannot be made; the message says why."""
 
 
-def query(dataset: str, since: datetime, until: datetime) -> tuple[str, dict[str, datetime]]:
-    """The SQL and parameters of one dataset's rows in [since, until)."""
+def check_export(dataset: str, since: datetime, until: datetime) -> None:
+    """Raise an `ExportError` unless `dataset` is one of DATASETS and [since, until) is not empty."""
     if dataset not in DATASETS:
         raise ExportError(f"unknown dataset {dataset!r}; one of: {', '.join(DATASETS)}")
     if until <= since:
         raise ExportError(f"until ({until.isoformat()}) must be after since ({since.isoformat()})")
-    return DATASETS[dataset], {"since": since, "until": until}
 
 
 def write_partitioned(batches: pa.RecordBatchReader, directory: Path) -> int:

@@ -265,19 +265,39 @@ class SpanRetention(Protocol):
 Params = Sequence[Any] | Mapping[str, Any] | None
 
 
-class QueryResult(Protocol):
+class QueryError(Exception):
+    """A query that cannot run or failed; `code` is stable for clients, `message` is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class QueryResult:
     table: pa.Table
     truncated: bool
-    types: list[str]
+    types: list[str]  # the backend's type of each column, e.g. "TIMESTAMP", "MAP(VARCHAR, DOUBLE)"
     seconds: float
 
 
 class AnalystSQL(Protocol):
-    """Analysts' read-only statements, in the backend's own SQL dialect, under a time limit and a row cap."""
+    """Analysts' read-only statements, in the backend's own SQL dialect, under a time limit and a row cap.
 
-    timeout_seconds: float
-    max_rows: int
+    Failures are `QueryError`s; an export of an unknown dataset or an empty range is an `ExportError`.
+    """
+
+    @property
+    def timeout_seconds(self) -> float: ...
+
+    @property
+    def max_rows(self) -> int: ...
 
     def run(self, sql: str, params: Params = None, *, max_rows: int | None = None) -> QueryResult: ...
 
     def stream(self, sql: str, params: Params = None) -> AbstractContextManager[pa.RecordBatchReader]: ...
+
+    def export(self, dataset: str, since: datetime, until: datetime) -> AbstractContextManager[pa.RecordBatchReader]:
+        """One export dataset's rows in [since, until) with `date` and `tenant_id` partition columns."""
+        ...

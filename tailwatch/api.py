@@ -20,8 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_cr
 
 from detectors.detection import DetectionPass
 from storage import export
-from storage.analyst import AnalystQueries, QueryError
-from storage.ports import AlertQueries
+from storage.ports import AlertQueries, AnalystSQL, QueryError
 from tailwatch import results
 
 log = logging.getLogger("tailwatch.api")
@@ -43,7 +42,7 @@ def api_app(
     alert_queries: AlertQueries,
     detection: DetectionPass | None = None,
     *,
-    analyst: AnalystQueries | None = None,
+    analyst: AnalystSQL | None = None,
     token: str | None = None,
     sql_slots: int = 2,
 ) -> web.Application:
@@ -184,7 +183,7 @@ def _format(request: web.Request, body: dict[str, Any]) -> str:
 class _SqlHandlers:
     """POST /v1/sql and GET /v1/export: analysts' statements on their own threads, a few at a time."""
 
-    def __init__(self, analyst: AnalystQueries, slots: int) -> None:
+    def __init__(self, analyst: AnalystSQL, slots: int) -> None:
         self._analyst = analyst
         # Their own threads, so a slow query never takes a thread that /v1/detect waits for; and at a lower
         # CPU priority, so on a busy machine ingest goes first.
@@ -243,7 +242,7 @@ class _SqlHandlers:
         try:
             dataset = request.query.get("dataset", "")
             since, until = (_instant(request.query.get(k, ""), k) for k in ("since", "until"))
-            statement, params = export.query(dataset, since, until)
+            export.check_export(dataset, since, until)
         except (export.ExportError, QueryError) as exc:
             code = exc.code if isinstance(exc, QueryError) else "bad_request"
             return _error(400, code, str(exc))
@@ -252,11 +251,11 @@ class _SqlHandlers:
         except QueryError as exc:
             return _query_error(exc)
         try:
-            return await self._stream(request, statement, params)
+            return await self._stream(request, dataset, since, until)
         finally:
             self._slots.release()
 
-    async def _stream(self, request: web.Request, statement: str, params: dict[str, Any]) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, dataset: str, since: datetime, until: datetime) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         # A few batches in flight at most: a slow reader holds DuckDB back instead of filling memory.
         chunks: asyncio.Queue[bytes | QueryError | None] = asyncio.Queue(maxsize=4)
@@ -267,7 +266,7 @@ class _SqlHandlers:
 
         def produce() -> None:
             try:
-                with self._analyst.stream(statement, params) as reader:
+                with self._analyst.export(dataset, since, until) as reader:
                     sink = _Chunks()
                     with pa.ipc.new_stream(sink, reader.schema) as writer:
                         for batch in reader:

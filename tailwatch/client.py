@@ -20,12 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from storage import export
-from storage.analyst import AnalystQueries, QueryError, lock_down
+from storage.ports import AnalystSQL, QueryError
 from tailwatch import results
+from tailwatch.compose import database_held, open_file_analyst
 from tailwatch.settings import Settings
 
 
@@ -55,7 +55,7 @@ class Target:
                 raise ClientError(f"--url must be an http:// or https:// URL (got {url!r})")
             return Target(url.rstrip("/"), None, secret, settings)
         path = Path(db) if db else settings.db
-        if db or not _held(path):
+        if db or not database_held(path):
             return Target(None, path, secret, settings)
         scheme = "https" if settings.api.tls_cert_file else "http"
         # A service bound to every interface is reached on loopback.
@@ -84,28 +84,21 @@ class Target:
 
     def export(self, dataset: str, since: datetime, until: datetime, directory: Path) -> int:
         """Write one dataset's rows in [since, until) under directory/dataset; returns the rows written."""
-        statement, params = export.query(dataset, since, until)
+        export.check_export(dataset, since, until)
         if self.url is not None:
             query = urllib.parse.urlencode({"dataset": dataset, "since": since.isoformat(), "until": until.isoformat()})
             with self._request(f"/v1/export?{query}") as response:
                 return export.write_partitioned(pa.ipc.open_stream(response), directory / dataset)
-        with self._file() as analyst, analyst.stream(statement, params) as batches:
+        with self._file() as analyst, analyst.export(dataset, since, until) as batches:
             return export.write_partitioned(batches, directory / dataset)
 
     @contextmanager
-    def _file(self) -> Iterator[AnalystQueries]:
+    def _file(self) -> Iterator[AnalystSQL]:
         assert self.db is not None
         if not self.db.exists():
             raise ClientError(f"no database at {self.db}: pass --db PATH, or --url of a running service")
-        con = duckdb.connect(str(self.db), read_only=True)
-        try:
-            con.execute("SET GLOBAL TimeZone = 'UTC'")  # as the service: every cursor reads UTC
-            lock_down(con)
-            yield AnalystQueries(
-                con, timeout_seconds=self.settings.sql.timeout_seconds, max_rows=self.settings.sql.max_rows
-            )
-        finally:
-            con.close()
+        with open_file_analyst(self.settings, self.db) as analyst:
+            yield analyst
 
     def _request(self, path: str, body: dict[str, Any] | None = None) -> Any:
         headers = {"Content-Type": "application/json"} if body is not None else {}
@@ -128,19 +121,6 @@ def _unspecified(host: str) -> bool:
         return ipaddress.ip_address(host).is_unspecified
     except ValueError:  # a name, not an address
         return False
-
-
-def _held(path: Path) -> bool:
-    """Whether another process holds the database file (DuckDB allows one)."""
-    if not path.exists():
-        return False
-    try:
-        duckdb.connect(str(path), read_only=True).close()
-    except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            return True
-        raise
-    return False
 
 
 def _error_text(err: urllib.error.HTTPError) -> str:

@@ -6,11 +6,17 @@ place that knows which backend a setting selects and how it is configured.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry
 
 from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
 from detectors.notify import Notifier
+from storage.duckdb import analyst
 from storage.duckdb.backend import DuckDBStorage
+from storage.ports import AnalystSQL
 from tailwatch.settings import Settings
 
 
@@ -60,3 +66,15 @@ def detection_pass(
         sink=sink,
         metrics=DetectorMetrics(registry) if registry is not None else None,
     )
+
+
+@contextmanager
+def open_file_analyst(settings: Settings, path: Path) -> Iterator[AnalystSQL]:
+    """Analyst SQL straight on a database file that no service holds, under the API's limits."""
+    with analyst.open_file(path, timeout_seconds=settings.sql.timeout_seconds, max_rows=settings.sql.max_rows) as a:
+        yield a
+
+
+def database_held(path: Path) -> bool:
+    """Whether a process (a running service) holds the database file."""
+    return analyst.held(path)

@@ -21,8 +21,8 @@ from detectors.detection import DetectionPass
 from detectors.notify import Notifier
 from detectors.scheduler import schedule
 from storage.duckdb.backend import DuckDBStorage
-from storage.readers import Reader
-from storage.writer import Writer
+from storage.duckdb.readers import Reader
+from storage.duckdb.writer import Writer
 from tailwatch.api import api_app
 from tailwatch.compose import detection_pass, notifier, open_storage
 from tailwatch.settings import Settings

@@ -10,8 +10,8 @@ from typing import Any
 import polars as pl
 
 from detectors.base import Detection, Window
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 from storage.duckdb.reads import DuckDBWindowSource
 
 

@@ -15,10 +15,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from collector.model import SPAN_BATCH_SCHEMA
-from storage import migrate
-from storage.database import open_database
 from storage.dedup import RecentSpans, span_keys
-from storage.writer import Writer, WriteResult, WriterMetrics
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
+from storage.duckdb.writer import Writer, WriteResult, WriterMetrics
 
 WINDOW = 300.0
 T = 1_795_000_000.0  # 2026-11-18, a whole second: ingested_at keeps it exactly

@@ -13,8 +13,8 @@ import pytest
 
 from detectors.base import Detection, Window
 from detectors.traffic_pattern import Config, detect, inputs
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 from storage.duckdb.reads import DuckDBWindowSource
 from storage.ports import Requests, Scores
 

@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 
 from detectors.registry import REGISTRY, get
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
+from storage.duckdb.readers import Reader
 from storage.duckdb.reads import DuckDBWindowSource
-from storage.readers import Reader
 from tailwatch.settings import Settings
 
 AT = datetime(2026, 11, 20, 12, 0)

@@ -13,9 +13,9 @@ from collector.metrics import IngestMetrics
 from collector.reasons import LogRejectReason, RequestRefusal, SpanRejectReason
 from detectors.detection import DetectorMetrics
 from detectors.notify import NotifyMetrics
-from storage import migrate
-from storage.database import open_database
-from storage.writer import WriterMetrics
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
+from storage.duckdb.writer import WriterMetrics
 from tailwatch.settings import Settings
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

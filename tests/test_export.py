@@ -13,8 +13,8 @@ import duckdb
 import pytest
 from conftest import RunningService, service_settings
 
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 from tailwatch import cli, simulate
 from tailwatch.client import Target
 

@@ -22,7 +22,7 @@ NAMES = [f"detectors.token_latency.x__figures__mutmut_{i}" for i in range(1, 400
     ("mutant", "module"),
     [
         ("detectors.token_latency.x__figures__mutmut_12", "detectors.token_latency"),
-        ("storage.writer.xǁWriterǁ_commit__mutmut_3", "storage.writer"),
+        ("storage.duckdb.writer.xǁWriterǁ_commit__mutmut_3", "storage.duckdb.writer"),
         ("collector.normalize.x_first_token_ms__mutmut_1", "collector.normalize"),
     ],
 )
@@ -33,7 +33,7 @@ def test_a_mutant_belongs_to_the_module_its_name_starts_with(mutant: str, module
 def test_paths_become_module_prefixes_and_select_only_their_own_mutants() -> None:
     prefixes = mutation.targets(["detectors/token_latency.py", "storage/"])
     assert prefixes == ["detectors.token_latency", "storage"]
-    assert mutation.selected("storage.writer.xǁWriterǁ_commit__mutmut_3", prefixes)
+    assert mutation.selected("storage.duckdb.writer.xǁWriterǁ_commit__mutmut_3", prefixes)
     assert not mutation.selected("detectors.token_latency_extra.x_f__mutmut_1", prefixes)
     assert not mutation.selected("collector.normalize.x_f__mutmut_1", prefixes)
 

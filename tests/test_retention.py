@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from storage import migrate
-from storage.database import open_database
-from storage.retention import delete_expired
-from storage.writer import Writer
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
+from storage.duckdb.retention import delete_expired
+from storage.duckdb.writer import Writer
 
 CUTOFF = datetime(2026, 11, 16, 5, 0, 0)
 US = timedelta(microseconds=1)

@@ -20,8 +20,8 @@ from detectors.base import Detection, Window
 from detectors.detection import DetectionPass, DetectorMetrics
 from detectors.registry import REGISTRY
 from storage.duckdb.backend import DuckDBStorage
-from storage.readers import Reader
-from storage.writer import Writer
+from storage.duckdb.readers import Reader
+from storage.duckdb.writer import Writer
 
 AT = datetime(2026, 11, 20, 12, 0)
 WINDOW = Window(

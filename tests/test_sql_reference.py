@@ -8,8 +8,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "sql.md"
 REFERENCE = "## Reference"

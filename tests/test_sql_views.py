@@ -15,8 +15,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 
 H12 = datetime(2026, 11, 20, 12, 0)
 H13 = datetime(2026, 11, 20, 13, 0)

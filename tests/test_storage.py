@@ -14,8 +14,8 @@ from conftest import RunningService
 from waiting import HANG_GUARD
 
 from collector.model import SPAN_BATCH_SCHEMA
-from storage import migrate
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 
 CONTRACT_COLUMNS = [
     "trace_id",

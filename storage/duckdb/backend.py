@@ -8,14 +8,14 @@ from pathlib import Path
 import duckdb
 from prometheus_client import CollectorRegistry
 
-from storage import migrate
-from storage.analyst import AnalystQueries, lock_down
-from storage.database import open_database
+from storage.duckdb import migrate
+from storage.duckdb.analyst import AnalystQueries, lock_down
+from storage.duckdb.database import open_database
 from storage.duckdb.detector_store import DuckDBDetectorStore
+from storage.duckdb.readers import Reader
 from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
-from storage.readers import Reader
-from storage.retention import delete_expired
-from storage.writer import Writer, WriterMetrics
+from storage.duckdb.retention import delete_expired
+from storage.duckdb.writer import Writer, WriterMetrics
 
 
 class DuckDBRetention:

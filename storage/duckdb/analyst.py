@@ -18,35 +18,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
+from storage.duckdb.export import DATASET_SQL
+from storage.export import check_export
+from storage.ports import Params, QueryError, QueryResult
+
 READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 _BATCH_ROWS = 8192
-
-Params = Sequence[Any] | Mapping[str, Any] | None
-
-
-class QueryError(Exception):
-    """A query that cannot run or failed; `code` is stable for clients, `message` is for people."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Result:
-    table: pa.Table
-    truncated: bool
-    types: list[str]  # DuckDB's type of each column, e.g. "TIMESTAMP", "MAP(VARCHAR, DOUBLE)"
-    seconds: float
 
 
 def lock_down(con: duckdb.DuckDBPyConnection) -> None:
@@ -67,7 +53,7 @@ class AnalystQueries:
         self.timeout_seconds = timeout_seconds
         self.max_rows = max_rows
 
-    def run(self, sql: str, params: Params = None, *, max_rows: int | None = None) -> Result:
+    def run(self, sql: str, params: Params = None, *, max_rows: int | None = None) -> QueryResult:
         """The statement's rows up to the cap (and whether there were more), or a QueryError."""
         cap = self.max_rows if max_rows is None else min(max_rows, self.max_rows)
         started = time.perf_counter()
@@ -82,7 +68,7 @@ class AnalystQueries:
                 batches.append(batch)
                 rows += batch.num_rows
             table = pa.Table.from_batches(batches, schema=reader.schema)
-        return Result(table=table, truncated=truncated, types=types, seconds=time.perf_counter() - started)
+        return QueryResult(table=table, truncated=truncated, types=types, seconds=time.perf_counter() - started)
 
     @contextmanager
     def stream(self, sql: str, params: Params = None) -> Iterator[pa.RecordBatchReader]:
@@ -90,6 +76,13 @@ class AnalystQueries:
         with self._statement(sql, params, timeout=False) as (relation, _types):
             reader = relation.to_arrow_reader(_BATCH_ROWS)
             yield pa.RecordBatchReader.from_batches(reader.schema, _guarded(reader))
+
+    @contextmanager
+    def export(self, dataset: str, since: datetime, until: datetime) -> Iterator[pa.RecordBatchReader]:
+        """One dataset's rows in [since, until), with its partition columns, streamed."""
+        check_export(dataset, since, until)
+        with self.stream(DATASET_SQL[dataset], {"since": since, "until": until}) as batches:
+            yield batches
 
     @contextmanager
     def _statement(
@@ -172,3 +165,28 @@ def _query_error(exc: duckdb.Error) -> QueryError:
     if code == "read_only":
         message = f"the SQL endpoint is read-only: {message}"
     return QueryError(code, message)
+
+
+@contextmanager
+def open_file(path: str | Path, *, timeout_seconds: float, max_rows: int) -> Iterator[AnalystQueries]:
+    """Analyst SQL on a database file no process holds, opened read-only under the API's rules."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        con.execute("SET GLOBAL TimeZone = 'UTC'")  # as the service: every cursor reads UTC
+        lock_down(con)
+        yield AnalystQueries(con, timeout_seconds=timeout_seconds, max_rows=max_rows)
+    finally:
+        con.close()
+
+
+def held(path: Path) -> bool:
+    """Whether another process holds the database file (DuckDB allows one)."""
+    if not path.exists():
+        return False
+    try:
+        duckdb.connect(str(path), read_only=True).close()
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            return True
+        raise
+    return False
