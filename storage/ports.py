@@ -39,11 +39,10 @@ class Window:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What one accepted batch did once committed: new spans, spans already stored, scores."""
+    """What one accepted batch did once committed: spans stored, and spans dropped as already stored."""
 
     inserted: int
     duplicates: int
-    scores: int = 0
 
 
 class SpanSink(Protocol):
@@ -300,4 +299,29 @@ class AnalystSQL(Protocol):
 
     def export(self, dataset: str, since: datetime, until: datetime) -> AbstractContextManager[pa.RecordBatchReader]:
         """One export dataset's rows in [since, until) with `date` and `tenant_id` partition columns."""
+        ...
+
+
+class Storage(Protocol):
+    """A backend: every port over one store, and its lifecycle."""
+
+    @property
+    def sink(self) -> SpanSink: ...
+    @property
+    def windows(self) -> WindowSource: ...
+    @property
+    def detector_store(self) -> DetectorStore: ...
+    @property
+    def alert_queries(self) -> AlertQueries: ...
+    @property
+    def analyst(self) -> AnalystSQL: ...
+    @property
+    def retention(self) -> SpanRetention: ...
+
+    def stop_writes(self) -> None:
+        """Commit everything queued and take no more writes. Idempotent."""
+        ...
+
+    def close(self) -> None:
+        """Stop writes and release the store. Idempotent."""
         ...

@@ -1,0 +1,314 @@
+"""The storage ports' conformance suite: what any backend must do, parametrized over the backends.
+
+Spans go in through the `SpanSink` port and everything is read back through the other ports, so a
+new backend (a package implementing `storage.ports`) is added to BACKENDS and must pass unchanged:
+the same frames for the same stored spans, the same figures, atomic persistence of an evaluation,
+and the firing state round trip.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from polars.testing import assert_frame_equal
+from waiting import HANG_GUARD
+
+from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from detectors.alerts import fingerprint
+from detectors.registry import get
+from storage.duckdb.backend import DuckDBStorage
+from storage.ports import (
+    Aggregate,
+    Alert,
+    EvaluationRecord,
+    FiringAlerts,
+    Measure,
+    Requests,
+    RequestSummary,
+    RunRecord,
+    Scores,
+    Storage,
+    Window,
+)
+
+BACKENDS: dict[str, Callable[[Path], Storage]] = {
+    "duckdb": lambda directory: DuckDBStorage.open(directory / "ports.duckdb"),
+}
+
+T0 = datetime(2026, 11, 20, 12, 0)
+WINDOW = Window(T0 + timedelta(minutes=5), T0 + timedelta(minutes=10))
+MODELS = ("llama", "qwen")
+TENANTS = ("acme", "globex", "initech")
+
+
+def stored_requests() -> list[dict[str, Any]]:
+    """Fifteen minutes of single-span server requests, one every 2 s, with seeded figures."""
+    rng = random.Random(11)
+    rows = []
+    for i in range(450):
+        end = T0 + timedelta(seconds=2 * i + 1)
+        e2e = rng.uniform(200, 4000)
+        rows.append(
+            {
+                "trace_id": f"{i:032x}", "span_id": f"{i + 1:016x}", "name": "llm_request", "kind": "SERVER",
+                "start_time": end - timedelta(milliseconds=e2e), "end_time": end, "duration_ms": e2e,
+                "status_code": "ERROR" if i % 37 == 0 else "OK", "is_llm": True, "llm_role": "server",
+                "model": MODELS[i % 2], "deployment": "vllm-a", "tenant_id": TENANTS[i % 3],
+                "replica_id": f"r{i % 4}", "input_tokens": rng.randint(50, 9000), "output_tokens": rng.randint(2, 900),
+                "e2e_ms": e2e, "ttft_ms": rng.uniform(50, 400), "tpot_ms": None if i % 10 == 0 else rng.uniform(8, 40),
+                "queue_ms": rng.uniform(0, 50), "cache_hit_ratio": rng.random(), "queue_depth": rng.randint(0, 30),
+                "replica_count": 4, "prefill_tokens_in_batch": rng.randint(0, 8000),
+                "quantization": "int4" if i % 4 == 3 else "fp16",
+            }
+        )  # fmt: skip
+    return rows
+
+
+def stored_scores(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rng = random.Random(12)
+    return [
+        {
+            "trace_id": r["trace_id"],
+            "span_id": r["span_id"],
+            "name": name,
+            "score": rng.uniform(0.5, 1.0),
+            "source": "attribute",
+            "observed_at": r["end_time"],
+        }
+        for r in requests[::3]
+        for name in ("json_adherence", "groundedness")
+    ]
+
+
+REQUESTS = stored_requests()
+SCORES = stored_scores(REQUESTS)
+
+
+@pytest.fixture(params=sorted(BACKENDS), scope="module")
+def storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Storage]:
+    store = BACKENDS[request.param](tmp_path_factory.mktemp(request.param))
+    spans = pa.Table.from_pylist(REQUESTS, schema=SPAN_BATCH_SCHEMA)
+    scores = pa.Table.from_pylist(SCORES, schema=SCORE_BATCH_SCHEMA)
+    future = store.sink.try_submit(spans, scores)
+    assert future is not None
+    result = future.result(timeout=HANG_GUARD)
+    assert (result.inserted, result.duplicates) == (len(REQUESTS), 0)
+    yield store
+    store.close()
+
+
+def truth(window: Window) -> pl.DataFrame:
+    """The requests that ended inside the window, from the rows sent."""
+    frame = pl.DataFrame(REQUESTS, infer_schema_length=None)
+    return frame.filter((pl.col("end_time") >= window.start) & (pl.col("end_time") < window.end)).sort("trace_id")
+
+
+def frame(table: pa.Table) -> pl.DataFrame:
+    out = pl.from_arrow(table)
+    assert isinstance(out, pl.DataFrame)
+    return out
+
+
+def test_a_requests_read_returns_the_requests_that_ended_in_the_window_with_the_declared_columns(
+    storage: Storage,
+) -> None:
+    columns = ("model", "tenant_id", "e2e_ms", "tpot_ms", "queue_depth")
+    read = frame(Requests(WINDOW, columns, ids=True).fetch(storage.windows)).sort("trace_id")
+    assert read.columns == ["request_key", "trace_id", "span_id", *columns]
+    expected = truth(WINDOW).select("trace_id", "span_id", *columns)
+    assert_frame_equal(read.drop("request_key"), expected, check_dtypes=False)
+    assert read["request_key"].n_unique() == read.height
+
+    keys_only = frame(Requests(WINDOW, columns).fetch(storage.windows))
+    assert keys_only.columns == ["request_key", *columns]
+    assert sorted(keys_only["request_key"]) == sorted(read["request_key"])
+
+    required = frame(Requests(WINDOW, columns, require=("tpot_ms",)).fetch(storage.windows))
+    assert required.height == expected["tpot_ms"].is_not_null().sum() < expected.height
+
+
+def test_every_read_gives_a_request_the_same_key(storage: Storage) -> None:
+    requests = frame(Requests(WINDOW, (), ids=True).fetch(storage.windows))
+    scores = frame(Scores(WINDOW, ids=True).fetch(storage.windows))
+    assert scores.columns == ["trace_id", "span_id", "request_key", "name", "score"]
+    joined = scores.join(requests, on="request_key", suffix="_request")
+    assert joined.height == scores.height > 0
+    assert (joined["trace_id"] == joined["trace_id_request"]).all()
+    assert (joined["span_id"] == joined["span_id_request"]).all()
+    assert frame(Scores(WINDOW).fetch(storage.windows)).columns == ["request_key", "name", "score"]
+
+
+def test_a_request_summary_equals_its_measures_computed_from_the_requests(storage: Storage) -> None:
+    summary = RequestSummary(
+        WINDOW,
+        grouping_sets=(("model",), ("model", "tenant_id")),
+        measures=(
+            Measure("n", Aggregate.COUNT),
+            Measure("p99", Aggregate.QUANTILE, "tpot_ms", 0.99),
+            Measure("cache", Aggregate.MEAN, "cache_hit_ratio"),
+        ),
+        require=("tpot_ms",),
+    )
+    got = frame(summary.fetch(storage.windows))
+    assert got.columns == ["model", "tenant_id", "grouping_set", "n", "p99", "cache"]
+    rows = truth(WINDOW).filter(pl.col("tpot_ms").is_not_null())
+    for index, keys in enumerate(summary.grouping_sets):
+        expected = rows.group_by(list(keys)).agg(
+            pl.len().alias("n"),
+            pl.col("tpot_ms").quantile(0.99, "linear").alias("p99"),
+            pl.col("cache_hit_ratio").mean().alias("cache"),
+        )
+        part = got.filter(pl.col("grouping_set") == index).select(*keys, "n", "p99", "cache")
+        assert_frame_equal(part.sort(list(keys)), expected.sort(list(keys)), check_dtypes=False, rel_tol=1e-12)
+        if "tenant_id" not in keys:
+            assert got.filter(pl.col("grouping_set") == index)["tenant_id"].is_null().all()
+
+
+@pytest.mark.parametrize(
+    "key", ["cache_curve", "tenant_fairness", "replica_skew", "saturation", "quantization_delta", "context_length"]
+)
+def test_a_detector_gives_the_same_figures_from_stored_spans_as_from_the_rows_sent(storage: Storage, key: str) -> None:
+    spec = get(key)
+    config = spec.config(min_samples=5) if "min_samples" in spec.config.model_fields else spec.config()
+    window = Window(T0, T0 + timedelta(minutes=15))
+    fetched = {name: frame(read.fetch(storage.windows)) for name, read in spec.inputs(config, window).items()}
+    sent = truth(window)
+    by_hand = {
+        "requests": sent.select(fetched["requests"].drop("request_key").columns),
+        "scores": pl.DataFrame(SCORES).select("trace_id", "span_id", "name", "score"),
+    }
+    ours, theirs = spec.detect(fetched, config, window), spec.detect(by_hand, config, window)
+    columns = ours.figures.columns
+    assert ours.figures.height > 0
+    assert_frame_equal(
+        ours.figures.sort(columns, nulls_last=True),
+        theirs.figures.select(columns).sort(columns, nulls_last=True),
+        check_dtypes=False,
+        rel_tol=1e-12,
+    )
+    assert [c.labels for c in ours.conditions] == [c.labels for c in theirs.conditions]
+
+
+def alert(key: str, labels: dict[str, str], at: datetime, **changes: Any) -> Alert:
+    fp = fingerprint(key, labels)
+    base = Alert(
+        alert_id=f"{fp}-{at:%H%M}", detector=key, fingerprint=fp, severity="warning", state="firing", labels=labels,
+        summary=f"{labels} breached", value=2.5, threshold=2.0, window_start=WINDOW.start, window_end=WINDOW.end,
+        started_at=at, resolved_at=None, updated_at=at,
+    )  # fmt: skip
+    return replace(base, **changes)
+
+
+def figures_for(key: str, storage: Storage) -> pl.DataFrame:
+    """The detector's figures over the window of an empty store: typed like the real ones."""
+    spec = get(key)
+    config = spec.config()
+    frames = {name: frame(read.fetch(storage.windows)) for name, read in spec.inputs(config, WINDOW).items()}
+    return spec.detect(frames, config, WINDOW).figures
+
+
+def evaluation(key: str, at: datetime, figures: dict[str, pl.DataFrame], **fields: Any) -> EvaluationRecord:
+    run = RunRecord(key, at, WINDOW, "ok", 0.25, rows=sum(f.height for f in figures.values()), conditions=0)
+    return EvaluationRecord(run, figures, **fields)
+
+
+def count(storage: Storage, sql: str) -> int:
+    value = storage.analyst.run(sql).table.column(0)[0].as_py()
+    assert isinstance(value, int)
+    return value
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def empty(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Storage]:
+    store = BACKENDS[request.param](tmp_path)
+    yield store
+    store.close()
+
+
+def test_the_firing_state_round_trips_and_a_resolved_alert_leaves_it(empty: Storage) -> None:
+    key, at = "replica_skew", T0 + timedelta(minutes=11)
+    a = alert(key, {"replica_id": "r3", "signal": "json_adherence"}, at)
+    b = alert(key, {"replica_id": "r1", "signal": "latency_p99"}, at, severity="critical", value=None)
+    figures = {key: figures_for(key, empty)}
+    empty.detector_store.persist(evaluation(key, at, figures, fired=[a, b], breaches={a.fingerprint: 3, "fp-x": 1}))
+
+    state = empty.detector_store.firing_state(key)
+    assert state.firing == {a.fingerprint: a, b.fingerprint: b}
+    assert state.breaches == {a.fingerprint: 3, "fp-x": 1}
+    assert empty.detector_store.firing_state("cache_curve").firing == {}
+    listed = frame(FiringAlerts().fetch(empty.windows))
+    assert sorted(listed["detector"]) == [key, key]
+
+    later = at + timedelta(minutes=5)
+    resolved = replace(a, state="resolved", resolved_at=later, updated_at=later)
+    refreshed = replace(b, summary="still breached", value=3.5, updated_at=later)
+    empty.detector_store.persist(
+        evaluation(key, later, figures, changed=[resolved, refreshed], breaches={b.fingerprint: 4})
+    )
+    state = empty.detector_store.firing_state(key)
+    assert state.firing == {b.fingerprint: refreshed}
+    assert state.breaches == {b.fingerprint: 4}
+    assert frame(empty.alert_queries.alerts(state="resolved"))["alert_id"].to_list() == [a.alert_id]
+
+
+def test_persisting_an_evaluation_is_all_or_nothing(empty: Storage) -> None:
+    key, at = "cache_curve", T0 + timedelta(minutes=11)
+    first = alert(key, {"bucket": "low", "signal": "json_adherence"}, at)
+    empty.detector_store.persist(evaluation(key, at, {key: figures_for(key, empty)}, fired=[first], breaches={"f": 1}))
+    runs = count(empty, "SELECT count(*) FROM detector_runs")
+    figure_rows = count(empty, f"SELECT count(*) FROM {key}")
+
+    second = alert(key, {"bucket": "medium", "signal": "json_adherence"}, at)
+    broken = pl.DataFrame({"window_start": [WINDOW.start], "no_such_column": [1]})
+    with pytest.raises(Exception):  # noqa: B017 - each backend raises its own error type
+        empty.detector_store.persist(
+            evaluation(
+                key, at, {key: figures_for(key, empty), "traffic_pattern": broken},
+                fired=[second], changed=[replace(first, state="resolved", resolved_at=at)], breaches={"g": 1},
+            )
+        )  # fmt: skip
+    state = empty.detector_store.firing_state(key)
+    assert state.firing == {first.fingerprint: first}
+    assert state.breaches == {"f": 1}
+    assert count(empty, "SELECT count(*) FROM detector_runs") == runs
+    assert count(empty, f"SELECT count(*) FROM {key}") == figure_rows
+
+
+def sent_figures(key: str) -> pl.DataFrame:
+    """The detector's figures for WINDOW from the rows sent, without a store."""
+    spec = get(key)
+    config = spec.config()
+    requests = truth(WINDOW)
+    scores = pl.DataFrame(SCORES).select("trace_id", "span_id", "name", "score")
+    return spec.detect({"requests": requests, "scores": scores}, config, WINDOW).figures
+
+
+def test_re_evaluating_a_window_replaces_its_figures_and_logs_each_run(empty: Storage) -> None:
+    key, at = "context_length", T0 + timedelta(minutes=11)
+    rows = sent_figures(key)
+    assert rows.height > 0
+    empty.detector_store.persist(evaluation(key, at, {key: rows}))
+    once = count(empty, f"SELECT count(*) FROM {key}")
+    assert once == rows.height
+    empty.detector_store.persist(evaluation(key, at + timedelta(minutes=1), {key: rows}))
+    assert count(empty, f"SELECT count(*) FROM {key}") == once
+    empty.detector_store.log_run(RunRecord(key, at, WINDOW, "error", 0.1, error="RuntimeError: no"))
+    assert count(empty, f"SELECT count(*) FROM detector_runs WHERE detector = '{key}'") == 3
+    assert count(empty, "SELECT count(*) FROM detector_runs WHERE outcome = 'error'") == 1
+
+
+def test_retention_deletes_exactly_the_spans_that_ended_before_the_cutoff(empty: Storage) -> None:
+    future = empty.sink.try_submit(pa.Table.from_pylist(REQUESTS, schema=SPAN_BATCH_SCHEMA))
+    assert future is not None
+    future.result(timeout=HANG_GUARD)
+    cutoff = T0 + timedelta(seconds=101)  # requests end at odd seconds: 1, 3, ..., 99 end before it
+    assert empty.retention.delete_ended_before(cutoff) == 50
+    assert count(empty, "SELECT count(*) FROM spans") == len(REQUESTS) - 50
