@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/clusters.py [--requests 1000000]
 
-The frames are built with Polars, shaped as the runner hands them over: requests with every
+The frames are built with Polars, shaped as the detection pass hands them over: requests with every
 clustering dimension, one json_adherence score per request, traffic labels, no firing alerts.
 Two causes are planted (replica r7 loses quality, prompts over 64k tokens lose quality).
 The target is one million requests in under 10 s (best of 3).

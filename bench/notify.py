@@ -26,7 +26,7 @@ TARGET_SECONDS = 0.5  # for 50 publishes
 def fired() -> Evaluation:
     return evaluate(
         "cache_curve",
-        [Condition({"bucket": "low", "score": "json_adherence"}, 0.2, 0.1, "low bucket lost 0.20")],
+        [Condition({"bucket": "low", "signal": "json_adherence"}, 0.2, 0.1, "low bucket lost 0.20")],
         {},
         {},
         for_evaluations=1,

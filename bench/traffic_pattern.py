@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/traffic_pattern.py [--requests 300000]
 
-The frames are built with Polars, shaped as the runner hands them over: requests spread evenly over
+The frames are built with Polars, shaped as the detection pass hands them over: requests spread evenly over
 the window across two deployments, queue depth on every other request, one json_adherence score each.
 The target is labelling them in under 2 s (best of 3).
 """

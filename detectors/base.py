@@ -1,9 +1,10 @@
 """What every detector shares: its config base, the window it evaluates, and what it returns.
 
-A detector module holds a frozen pydantic `Config`, a pure `inputs(config, window)` declaring what it
-reads (storage's `Read` values: which requests, which columns, which window), and a pure
-`detect(frames, config, window)`: no I/O, no clock, no environment, no SQL. The detection pass owns
-fetching, timing, persistence, failure isolation and metrics.
+A detector module holds its `KEY`, a one-line `SUMMARY`, the `LABELS` its alerts carry (the names,
+docs/detectors.md's label vocabulary), a frozen pydantic `Config`, a pure `inputs(config, window)`
+declaring what it reads (storage's `Read` values: which requests, which columns, which window), and a
+pure `detect(frames, config, window)`: no I/O, no clock, no environment, no SQL. The registry lists the
+modules; the detection pass owns fetching, timing, persistence, failure isolation and metrics.
 """
 
 from __future__ import annotations

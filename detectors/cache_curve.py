@@ -14,10 +14,12 @@ Definitions, per window (requests that ended in it; a NULL cache_hit_ratio is le
 Figures are long: one row per (bucket, score name), the bucket's latency figures repeated; a bucket
 without scores has one row whose score columns are NULL.
 
-A medium or low bucket breaches when a score's mean is more than score_drop below the high bucket's
-mean of that score (signal: the score name), or when its latency_p99 is above latency_factor x the
-high bucket's (signal latency_p99). Both sides need min_samples requests, and for a score as many
-scores of that name.
+A medium or low bucket breaches when a score's mean is at least score_drop below the high bucket's
+mean of that score (signal: the score name), or when its latency_p99 is at least latency_factor x the
+high bucket's (signal latency_p99). Both sides need
+min_samples requests, and for a score as many scores of that name.
+
+Alert labels (LABELS): bucket (medium or low), signal (the score name, or latency_p99).
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import curve, format_duration, requests, scores
+from detectors.frames import breaches, curve, format_duration, requests, scores
 
 KEY = "cache_curve"
+SUMMARY = "Latency and quality per KV-cache-hit-ratio bucket; alerts on a cliff below the high bucket."
+LABELS = ("bucket", "signal")
 REFERENCE = "high"
 BUCKET_ORDER = {"high": 0, "medium": 1, "low": 2}
 REQUEST_COLUMNS = ("trace_id", "span_id", "cache_hit_ratio", "e2e_ms", "tpot_ms")
@@ -60,7 +64,7 @@ class Config(DetectorConfig):
         "(both inclusive) is medium.",
     )
     score_drop: float = Field(
-        0.10, gt=0, description="Alert when a bucket's mean of a score is more than this below the high bucket's."
+        0.10, gt=0, description="Alert when a bucket's mean of a score is at least this below the high bucket's."
     )
     latency_factor: float = Field(
         2.0, gt=1, description="Alert when a bucket's e2e p99 is above this multiple of the high bucket's."
@@ -106,7 +110,7 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         .select(FIGURE_COLUMNS)
     )
     conditions = _latency_conditions(buckets, config, window) + _score_conditions(figures, config, window)
-    conditions.sort(key=lambda c: (BUCKET_ORDER[c.labels["bucket"]], c.labels["score"]))
+    conditions.sort(key=lambda c: (BUCKET_ORDER[c.labels["bucket"]], c.labels["signal"]))
     return Detection(figures=figures, conditions=conditions)
 
 
@@ -131,7 +135,7 @@ def _latency_conditions(buckets: pl.DataFrame, config: Config, window: Window) -
         ratio=pl.when(pl.col("ref_latency_p99") > 0).then(pl.col("latency_p99") / pl.col("ref_latency_p99"))
     )
     breached = paired.filter(
-        (pl.min_horizontal("n", "ref_n") >= config.min_samples) & (pl.col("ratio").fill_null(0) > config.latency_factor)
+        (pl.min_horizontal("n", "ref_n") >= config.min_samples) & breaches(pl.col("ratio"), config.latency_factor)
     )
     return [_latency_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
@@ -143,7 +147,7 @@ def _score_conditions(figures: pl.DataFrame, config: Config, window: Window) -> 
         drop=pl.col("ref_score_mean") - pl.col("score_mean")
     )
     enough = pl.min_horizontal("n", "ref_n", "score_n", "ref_score_n") >= config.min_samples
-    breached = paired.filter(enough & (pl.col("drop").fill_null(0) > config.score_drop))
+    breached = paired.filter(enough & breaches(pl.col("drop"), config.score_drop))
     return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
 
@@ -163,7 +167,9 @@ def _score_condition(row: dict[str, Any], config: Config, window: Window) -> Con
         f"in the high bucket (−{drop:.2f}) over {window.label()}, n={row['score_n']} vs {row['ref_score_n']}; "
         "KV-cache pressure is costing quality: give the cache more memory or route shared prefixes together"
     )
-    return Condition(labels={"bucket": bucket, "score": name}, value=drop, threshold=config.score_drop, summary=summary)
+    return Condition(
+        labels={"bucket": bucket, "signal": name}, value=drop, threshold=config.score_drop, summary=summary
+    )
 
 
 def _latency_condition(row: dict[str, Any], config: Config, window: Window) -> Condition:
@@ -174,5 +180,8 @@ def _latency_condition(row: dict[str, Any], config: Config, window: Window) -> C
         "cache misses are recomputing prefills: give the cache more memory or route shared prefixes together"
     )
     return Condition(
-        labels={"bucket": bucket, "score": "latency_p99"}, value=ratio, threshold=config.latency_factor, summary=summary
+        labels={"bucket": bucket, "signal": "latency_p99"},
+        value=ratio,
+        threshold=config.latency_factor,
+        summary=summary,
     )

@@ -9,6 +9,8 @@ holds). A pair is kept only when it is more specific than both its halves (a hig
 either); a single value is dropped when a kept pair over it explains the same bad requests.
 `score` = support × (1 − 1/risk ratio): the share of the window's bad requests the group accounts
 for beyond what chance would put there. Deterministic: no sampling, no model, ties by signature.
+
+Alert labels (LABELS): none. It raises no alerts; its findings are the rows of its table.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from detectors.frames import requests, scores
 from storage.ports import FiringAlerts, TrafficLabels
 
 KEY = "clusters"
+SUMMARY = "Scored groups of bad requests (risk ratio x support), each with a summary and a suggested fix."
+LABELS: tuple[str, ...] = ()
 _MAX_RISK = 1000.0
 _MIN_OUTSIDE = 20
 REQUEST_COLUMNS = (

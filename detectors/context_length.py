@@ -21,6 +21,8 @@ repeated; a cell without scores has one row whose score columns are NULL.
 
 A cell with min_samples requests and as many scores of a name breaches when its mean of that score is
 at least score_drop below the best cell's (signal: the score name).
+
+Alert labels (LABELS): prompt_bucket, output_bucket (the cell), signal (the score name).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import TOLERANCE, curve, requests, scores
+from detectors.frames import breaches, curve, requests, scores
 
 KEY = "context_length"
+SUMMARY = "Quality and latency by prompt-length x output-length cell, against the best cell."
+LABELS = ("prompt_bucket", "output_bucket", "signal")
 REQUEST_COLUMNS = ("trace_id", "span_id", "input_tokens", "output_tokens", "e2e_ms", "tpot_ms")
 FIGURE_COLUMNS = [
     "window_start",
@@ -167,7 +171,7 @@ def _score_conditions(figures: pl.DataFrame, config: Config, window: Window) -> 
     breached = (
         judged.join(best, on="score_name", maintain_order="left")
         .with_columns(drop=pl.col("best_score_mean") - pl.col("score_mean"))
-        .filter(pl.col("drop") >= config.score_drop - TOLERANCE)
+        .filter(breaches(pl.col("drop"), config.score_drop))
     )
     return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
@@ -186,7 +190,7 @@ def _score_condition(row: dict[str, Any], config: Config, window: Window) -> Con
         f"(−{drop:.2f}) over {window.label()}, n={row['score_n']} vs {row['best_score_n']}; {advice}"
     )
     return Condition(
-        labels={"prompt_bucket": prompt, "output_bucket": output, "score": name},
+        labels={"prompt_bucket": prompt, "output_bucket": output, "signal": name},
         value=drop,
         threshold=config.score_drop,
         summary=summary,

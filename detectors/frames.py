@@ -1,6 +1,8 @@
-"""Shared inputs and figures: the requests and scores of a window, percentiles, score means."""
+"""Shared inputs and figures: the requests and scores of a window, percentiles, score means, the breach rule."""
 
 from __future__ import annotations
+
+from typing import overload
 
 import polars as pl
 
@@ -8,7 +10,7 @@ from detectors.base import Window
 from storage.ports import Requests, Scores
 
 # Means of decimal scores are not exact (0.90 - 0.80 is 0.0999...): a drop shown as 0.10 must meet a
-# 0.10 threshold, so "at least" comparisons allow this much.
+# 0.10 threshold, so the breach rule (`breaches`) allows this much.
 TOLERANCE = 1e-9
 
 REQUEST_COLUMNS = (
@@ -77,6 +79,22 @@ def curve(requests_frame: pl.DataFrame, scores_frame: pl.DataFrame, by: str) -> 
         by, "score_name", pl.col("score_value").alias("score_mean"), pl.col("score_n").cast(pl.Int64)
     )
     return groups, groups.join(means, on=by, how="left")
+
+
+@overload
+def breaches(value: pl.Expr, threshold: float | pl.Expr) -> pl.Expr: ...
+@overload
+def breaches(value: float, threshold: float) -> bool: ...
+def breaches(value: pl.Expr | float, threshold: float | pl.Expr) -> pl.Expr | bool:
+    """Whether a group's figure against its reference breaches a threshold: the one rule of every detector.
+
+    `value` is how far the group is from its reference (a score's drop below it, a latency p99's ratio
+    to it) and breaches at least the threshold, allowing TOLERANCE for decimal means: a drop of 0.10
+    meets a 0.10 threshold however its floating-point difference came out. As an expression, a NULL
+    value (no reference to compare with) never breaches; plain floats give a bool.
+    """
+    at_least = value >= threshold - TOLERANCE
+    return at_least.fill_null(False) if isinstance(at_least, pl.Expr) else at_least
 
 
 def format_duration(ms: float | None) -> str:

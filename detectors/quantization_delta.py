@@ -25,6 +25,8 @@ A variant other than the baseline breaches when a score's mean is at least struc
 baseline's for a score named in structured_scores, or at least any_drop below for any score (signal:
 the score name), or when its latency_p99 is at least latency_factor x the baseline's (signal
 latency_p99). Both sides need min_samples requests, and for a score as many scores of that name.
+
+Alert labels (LABELS): model, quantization (the variant), signal (the score name, or latency_p99).
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import TOLERANCE, format_duration, percentile, requests, score_means, scores
+from detectors.frames import breaches, format_duration, percentile, requests, score_means, scores
 
 KEY = "quantization_delta"
+SUMMARY = "Each quantization variant's scores and latency against the highest-precision variant."
+LABELS = ("model", "quantization", "signal")
 REQUEST_COLUMNS = ("trace_id", "span_id", "model", "quantization", "e2e_ms")
 FIGURE_COLUMNS = [
     "window_start",
@@ -202,7 +206,7 @@ def _challengers(frame: pl.DataFrame, config: Config) -> pl.DataFrame:
 
 
 def _latency_conditions(variants: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
-    breached = _challengers(variants, config).filter(pl.col("ratio").fill_null(0) >= config.latency_factor - TOLERANCE)
+    breached = _challengers(variants, config).filter(breaches(pl.col("ratio"), config.latency_factor))
     return [_latency_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
 
@@ -218,7 +222,7 @@ def _score_conditions(long: pl.DataFrame, config: Config, window: Window) -> lis
         .with_columns(drop=-pl.col("score_delta"), threshold=threshold)
         .filter(
             (pl.min_horizontal("score_n", "baseline_score_n").fill_null(0) >= config.min_samples)
-            & (pl.col("drop").fill_null(0) >= pl.col("threshold") - TOLERANCE)
+            & breaches(pl.col("drop"), pl.col("threshold"))
         )
     )
     return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]

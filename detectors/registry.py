@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from detectors import (
     cache_curve,
     clusters,
@@ -13,76 +15,43 @@ from detectors import (
     token_latency,
     traffic_pattern,
 )
-from detectors.base import DetectorSpec
+from detectors.base import Detect, DetectorConfig, DetectorSpec, Inputs
+
+
+class DetectorModule(Protocol):
+    """What a detector module declares (detectors/base.py): mypy checks every module in MODULES against it."""
+
+    # Read-only, so each module's narrower types (its own Config, a fixed-length LABELS) fit.
+    @property
+    def KEY(self) -> str: ...  # noqa: N802
+    @property
+    def SUMMARY(self) -> str: ...  # noqa: N802
+    @property
+    def LABELS(self) -> tuple[str, ...]: ...  # noqa: N802
+    @property
+    def Config(self) -> type[DetectorConfig]: ...  # noqa: N802
+    @property
+    def inputs(self) -> Inputs: ...
+    @property
+    def detect(self) -> Detect: ...
+
+
+MODULES: tuple[DetectorModule, ...] = (
+    token_latency,
+    cache_curve,
+    traffic_pattern,
+    tenant_fairness,
+    replica_skew,
+    saturation,
+    quantization_delta,
+    context_length,
+    # Last: it reads the traffic labels and the firing alerts the detectors above just wrote.
+    clusters,
+)
 
 REGISTRY: dict[str, DetectorSpec] = {
-    spec.key: spec
-    for spec in (
-        DetectorSpec(
-            token_latency.KEY,
-            token_latency.Config,
-            token_latency.inputs,
-            token_latency.detect,
-            "Per-output-token decode latency p99 per window against its trailing baseline.",
-        ),
-        DetectorSpec(
-            cache_curve.KEY,
-            cache_curve.Config,
-            cache_curve.inputs,
-            cache_curve.detect,
-            "Latency and quality per KV-cache-hit-ratio bucket; alerts on a cliff below the high bucket.",
-        ),
-        DetectorSpec(
-            traffic_pattern.KEY,
-            traffic_pattern.Config,
-            traffic_pattern.inputs,
-            traffic_pattern.detect,
-            "Labels every request burst, sustained or steady; alerts when bursts cost quality or latency.",
-        ),
-        DetectorSpec(
-            tenant_fairness.KEY,
-            tenant_fairness.Config,
-            tenant_fairness.inputs,
-            tenant_fairness.detect,
-            "Per-tenant p99 and score tails against the aggregate, with Jain's fairness index.",
-        ),
-        DetectorSpec(
-            replica_skew.KEY,
-            replica_skew.Config,
-            replica_skew.inputs,
-            replica_skew.detect,
-            "Each replica's latency, errors and scores against the rest of the fleet.",
-        ),
-        DetectorSpec(
-            saturation.KEY,
-            saturation.Config,
-            saturation.inputs,
-            saturation.detect,
-            "Autoscaling lag: latency and quality by queue depth per replica, idle to scaling.",
-        ),
-        DetectorSpec(
-            quantization_delta.KEY,
-            quantization_delta.Config,
-            quantization_delta.inputs,
-            quantization_delta.detect,
-            "Each quantization variant's scores and latency against the highest-precision variant.",
-        ),
-        DetectorSpec(
-            context_length.KEY,
-            context_length.Config,
-            context_length.inputs,
-            context_length.detect,
-            "Quality and latency by prompt-length x output-length cell, against the best cell.",
-        ),
-        # Last: it reads the traffic labels and the firing alerts the detectors above just wrote.
-        DetectorSpec(
-            clusters.KEY,
-            clusters.Config,
-            clusters.inputs,
-            clusters.detect,
-            "Scored groups of bad requests (risk ratio x support), each with a summary and a suggested fix.",
-        ),
-    )
+    module.KEY: DetectorSpec(module.KEY, module.Config, module.inputs, module.detect, module.SUMMARY)
+    for module in MODULES
 }
 
 

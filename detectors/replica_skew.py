@@ -21,6 +21,9 @@ A replica breaches when a score's mean is at least score_drop below the rest of 
 score name), or when its latency_p99 is at least latency_factor x the fleet's (signal latency_p99). The
 replica and the rest of the fleet each need min_samples requests, and for a score as many scores of that
 name. Error rates are figures only: an erroring replica is the load balancer's health check's job.
+
+Alert labels (LABELS): replica_id (absent for requests without one), signal (the score name, or
+latency_p99).
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import TOLERANCE, format_duration, join_scores, percentile, requests, scores
+from detectors.frames import breaches, format_duration, join_scores, percentile, requests, scores
 
 KEY = "replica_skew"
+SUMMARY = "Each replica's latency, errors and scores against the rest of the fleet."
+LABELS = ("replica_id", "signal")
 REQUEST_COLUMNS = ("trace_id", "span_id", "status_code", "replica_id", "e2e_ms", "tpot_ms")
 FIGURE_COLUMNS = [
     "window_start",
@@ -148,7 +153,7 @@ def _scores(reqs: pl.DataFrame, score_frame: pl.DataFrame) -> pl.DataFrame:
 def _score_conditions(long: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
     enough = pl.min_horizontal("n", "fleet_n", "score_n", "fleet_score_n") >= config.min_samples
     breached = long.with_columns(drop=pl.col("fleet_score_mean") - pl.col("score_mean")).filter(
-        enough & (pl.col("drop").fill_null(0) >= config.score_drop - TOLERANCE)
+        enough & breaches(pl.col("drop"), config.score_drop)
     )
     return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
@@ -156,8 +161,7 @@ def _score_conditions(long: pl.DataFrame, config: Config, window: Window) -> lis
 def _latency_conditions(replicas: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
     ratio = pl.when(pl.col("fleet_latency_p99") > 0).then(pl.col("latency_p99") / pl.col("fleet_latency_p99"))
     breached = replicas.with_columns(ratio=ratio).filter(
-        (pl.min_horizontal("n", "fleet_n") >= config.min_samples)
-        & (pl.col("ratio").fill_null(0) >= config.latency_factor - TOLERANCE)
+        (pl.min_horizontal("n", "fleet_n") >= config.min_samples) & breaches(pl.col("ratio"), config.latency_factor)
     )
     return [_latency_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
@@ -204,7 +208,7 @@ def _latency_condition(row: dict[str, Any], config: Config, window: Window) -> C
     tpot, fleet_tpot = row["tpot_p99"], row["fleet_tpot_p99"]
     if tpot is None or not fleet_tpot:
         cause = "no TPOT was recorded to tell decoding from waiting: compare its queue time with the fleet's"
-    elif tpot / fleet_tpot >= config.latency_factor - TOLERANCE:
+    elif breaches(tpot / fleet_tpot, config.latency_factor):
         cause = (
             f"its TPOT p99 {format_duration(tpot)} is {tpot / fleet_tpot:.1f}x the fleet's "
             f"{format_duration(fleet_tpot)}, so it decodes slower on the same traffic: check its GPU (clocks, "

@@ -20,6 +20,8 @@ Only the scaling bucket breaches, when a score's mean is at least score_drop bel
 (signal: the score name), or when its latency_p99 is at least latency_factor x idle's (signal
 latency_p99); warm and saturating are figures, the shape of the curve on the way there. Both sides need
 min_samples requests, and for a score as many scores of that name.
+
+Alert labels (LABELS): bucket (always scaling), signal (the score name, or latency_p99).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import TOLERANCE, curve, format_duration, requests, scores
+from detectors.frames import breaches, curve, format_duration, requests, scores
 
 KEY = "saturation"
+SUMMARY = "Autoscaling lag: latency and quality by queue depth per replica, idle to scaling."
+LABELS = ("bucket", "signal")
 REFERENCE = "idle"
 BREACHING = "scaling"
 BUCKET_ORDER = {"idle": 0, "warm": 1, "saturating": 2, "scaling": 3}
@@ -115,7 +119,7 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         .select(FIGURE_COLUMNS)
     )
     conditions = _latency_conditions(buckets, config, window) + _score_conditions(figures, config, window)
-    conditions.sort(key=lambda c: c.labels["score"])
+    conditions.sort(key=lambda c: c.labels["signal"])
     return Detection(figures=figures, conditions=conditions)
 
 
@@ -142,8 +146,7 @@ def _latency_conditions(buckets: pl.DataFrame, config: Config, window: Window) -
         ratio=pl.when(pl.col("ref_latency_p99") > 0).then(pl.col("latency_p99") / pl.col("ref_latency_p99"))
     )
     breached = paired.filter(
-        (pl.min_horizontal("n", "ref_n") >= config.min_samples)
-        & (pl.col("ratio").fill_null(0) >= config.latency_factor - TOLERANCE)
+        (pl.min_horizontal("n", "ref_n") >= config.min_samples) & breaches(pl.col("ratio"), config.latency_factor)
     )
     return [_latency_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
@@ -155,7 +158,7 @@ def _score_conditions(figures: pl.DataFrame, config: Config, window: Window) -> 
         drop=pl.col("ref_score_mean") - pl.col("score_mean")
     )
     enough = pl.min_horizontal("n", "ref_n", "score_n", "ref_score_n") >= config.min_samples
-    breached = paired.filter(enough & (pl.col("drop").fill_null(0) >= config.score_drop - TOLERANCE))
+    breached = paired.filter(enough & breaches(pl.col("drop"), config.score_drop))
     return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
 
@@ -170,7 +173,7 @@ def _score_condition(row: dict[str, Any], config: Config, window: Window) -> Con
         f"(−{drop:.2f}) over {window.label()}, n={row['score_n']:,} vs {row['ref_score_n']:,}; {_ADVICE}"
     )
     return Condition(
-        labels={"bucket": BREACHING, "score": name}, value=drop, threshold=config.score_drop, summary=summary
+        labels={"bucket": BREACHING, "signal": name}, value=drop, threshold=config.score_drop, summary=summary
     )
 
 
@@ -182,7 +185,7 @@ def _latency_condition(row: dict[str, Any], config: Config, window: Window) -> C
         f"{_ADVICE}"
     )
     return Condition(
-        labels={"bucket": BREACHING, "score": "latency_p99"},
+        labels={"bucket": BREACHING, "signal": "latency_p99"},
         value=ratio,
         threshold=config.latency_factor,
         summary=summary,

@@ -20,10 +20,14 @@ Definitions, per window (requests that ended in it; a NULL tenant_id is a group 
 Figures are long: one row per (tenant, score name), the tenant's latency figures repeated; a tenant
 without scores has one row whose score columns are NULL.
 
-A tenant with n >= min_samples breaches when latency_p99 > latency_factor x aggregate_p99 (signal
-latency_p99), or when a score's p-low, over at least min_samples scores, sits more than score_drop below
-the aggregate p-low (signal: the score name). The latency summary uses TTFT to say where the time went:
-a TTFT tail as unfair as the e2e tail means the requests waited before their first token.
+A tenant with n >= min_samples breaches when latency_p99 is at least latency_factor x aggregate_p99
+(signal latency_p99), or when a score's p-low, over at least min_samples scores, sits at least score_drop
+below the aggregate p-low (signal: the score name). The latency summary uses TTFT to say where the time
+went: a TTFT tail as unfair as the e2e tail (by the same factor) means the requests waited before their
+first token.
+
+Alert labels (LABELS): tenant_id (absent for requests without one), signal (the score name, or
+latency_p99).
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import format_duration, join_scores, percentile, requests, scores
+from detectors.frames import breaches, format_duration, join_scores, percentile, requests, scores
 
 KEY = "tenant_fairness"
+SUMMARY = "Per-tenant p99 and score tails against the aggregate, with Jain's fairness index."
+LABELS = ("tenant_id", "signal")
 REQUEST_COLUMNS = ("trace_id", "span_id", "tenant_id", "e2e_ms", "ttft_ms")
 FIGURE_COLUMNS = [
     "window_start",
@@ -57,10 +63,10 @@ FIGURE_COLUMNS = [
 
 class Config(DetectorConfig):
     latency_factor: float = Field(
-        1.5, gt=1, description="Alert when a tenant's e2e p99 exceeds this multiple of the window's aggregate p99."
+        1.5, gt=1, description="Alert when a tenant's e2e p99 is at least this multiple of the window's aggregate p99."
     )
     score_drop: float = Field(
-        0.05, gt=0, description="Alert when a tenant's score p-low sits more than this below the aggregate p-low."
+        0.05, gt=0, description="Alert when a tenant's score p-low sits at least this below the aggregate p-low."
     )
     min_samples: int = Field(
         20,
@@ -94,11 +100,11 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
     )
 
     qualified = pl.col("n") >= config.min_samples
-    latency_rows = tenants.filter(qualified & (pl.col("ratio").fill_null(0) > config.latency_factor))
+    latency_rows = tenants.filter(qualified & breaches(pl.col("ratio"), config.latency_factor))
     score_rows = figures.filter(
         qualified
         & (pl.col("score_n").fill_null(0) >= config.min_samples)
-        & ((pl.col("aggregate_score_p_low") - pl.col("score_p_low")).fill_null(0) > config.score_drop)
+        & breaches(pl.col("aggregate_score_p_low") - pl.col("score_p_low"), config.score_drop)
     )
     total = reqs.height
     conditions = [_latency_condition(r, config, window, total) for r in latency_rows.iter_rows(named=True)]
@@ -157,7 +163,7 @@ def _latency_condition(row: dict[str, Any], config: Config, window: Window, tota
     ttft, aggregate_ttft = row["ttft_p99"], row["aggregate_ttft_p99"]
     if ttft is None or not aggregate_ttft:
         cause = "no TTFT was recorded to tell queueing from decoding: check its queue time against other tenants'"
-    elif ttft / aggregate_ttft > config.latency_factor:
+    elif breaches(ttft / aggregate_ttft, config.latency_factor):
         cause = (
             f"its TTFT p99 {format_duration(ttft)} is {ttft / aggregate_ttft:.1f}x the aggregate "
             f"{format_duration(aggregate_ttft)}, so it is queued behind other tenants' load: "

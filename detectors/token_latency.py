@@ -3,6 +3,12 @@
 Continuous batching makes decode jitter when long prefills land beside short decodes; that shows in
 the tail of tpot, not its mean. Per model/deployment (and per tenant), the window's p99 is compared
 with the p99 of the trailing baseline period before it, and a breach is tagged with its likely reason.
+The ratio breaches, and turns critical, by the rule every detector judges a group against its reference
+with (`frames.breaches`: at least the threshold); a cache hit ratio's fall below the baseline's is judged
+by it too.
+
+Alert labels (LABELS): model, deployment, tenant_id (tenant-level alerts only); a label whose value is
+missing is left out.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Severity, Window
-from detectors.frames import percentile
+from detectors.frames import breaches, percentile
 from storage.ports import Aggregate, Measure, Read, Requests, RequestSummary
 
 KEY = "token_latency"
+SUMMARY = "Per-output-token decode latency p99 per window against its trailing baseline."
+LABELS = ("model", "deployment", "tenant_id")
 MODEL_KEYS = ["model", "deployment"]
 TENANT_KEYS = ["model", "deployment", "tenant_id"]
 WINDOW_COLUMNS = (
@@ -117,12 +125,12 @@ def _figures(
     breached = (
         (pl.col("n") >= config.min_samples)
         & (pl.col("baseline_n").fill_null(0) >= config.min_baseline_samples)
-        & (ratio.fill_null(0) >= config.ratio_threshold)
+        & breaches(ratio, config.ratio_threshold)
     )
     reason = (
         pl.when(pl.col("prefill_share").fill_null(0) >= config.prefill_share_threshold)
         .then(pl.lit("prefill_burst"))
-        .when((pl.col("baseline_cache_hit_mean") - pl.col("cache_hit_mean")).fill_null(0) >= config.kv_drop_threshold)
+        .when(breaches(pl.col("baseline_cache_hit_mean") - pl.col("cache_hit_mean"), config.kv_drop_threshold))
         .then(pl.lit("kv_eviction"))
         .when(pl.col("queue_share").fill_null(0) >= config.queue_share_threshold)
         .then(pl.lit("scheduler_starve"))
@@ -163,5 +171,5 @@ def _condition(row: dict[str, Any], config: Config, window: Window) -> Condition
         value=ratio,
         threshold=config.ratio_threshold,
         summary=summary,
-        severity=Severity.CRITICAL if ratio >= config.critical_ratio else None,
+        severity=Severity.CRITICAL if breaches(ratio, config.critical_ratio) else None,
     )

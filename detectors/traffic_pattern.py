@@ -4,7 +4,8 @@ A burst fills the batch and the queue faster than the scheduler drains them; if 
 latency it shows as a gap between the requests that arrived in bursty minutes and those that did not.
 
 Every request is labelled from the neighbourhood_seconds of arrival time (start_time) centred on its
-own arrival, per deployment (one deployment's burst is not another's load):
+own arrival, per deployment (one deployment's burst is not another's load), from one of two measures
+(the `signal` column of traffic_pattern_labels, not the alert label of that name):
 
 - signal queue_depth, when the neighbourhood has queue_depth values: peak = their max, mean = the mean
   over the neighbourhood's seconds of each second's mean queue depth (time-weighted, seconds without a
@@ -25,9 +26,11 @@ tpot_p99 repeated; a pattern without scores has one row whose score columns are 
 themselves go to traffic_pattern_labels, one row per (deployment, arrival second, replica_count) with
 the window's requests of that key; the request_traffic_patterns view gives them per request.
 
-The burst pattern breaches when a score's mean is more than score_drop below steady's (signal: the
+The burst pattern breaches when a score's mean is at least score_drop below steady's (signal: the
 score name), or when its latency_p99 is at least latency_factor x steady's (signal latency_p99). Both
 sides need min_samples requests, and for a score as many scores of that name.
+
+Alert labels (LABELS): pattern (always burst), signal (the score name, or latency_p99).
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import curve, format_duration, requests, scores
+from detectors.frames import breaches, curve, format_duration, requests, scores
 
 KEY = "traffic_pattern"
+SUMMARY = "Labels every request burst, sustained or steady; alerts when bursts cost quality or latency."
+LABELS = ("pattern", "signal")
 LABELS_TABLE = "traffic_pattern_labels"
 PATTERN_ORDER = {"steady": 0, "sustained": 1, "burst": 2}
 # No ids: a day is ten million requests, and the labels are stored per arrival second, not per request.
@@ -83,7 +88,7 @@ class Config(DetectorConfig):
         16, ge=1, description="Sequences one replica serves at once: the capacity unit of the sustained test."
     )
     score_drop: float = Field(
-        0.10, gt=0, description="Alert when burst traffic's mean of a score is more than this below steady's."
+        0.10, gt=0, description="Alert when burst traffic's mean of a score is at least this below steady's."
     )
     latency_factor: float = Field(
         2.0, gt=1, description="Alert when burst traffic's e2e p99 is at least this multiple of steady's."
@@ -230,8 +235,7 @@ def _latency_conditions(patterns: pl.DataFrame, config: Config, window: Window) 
         ratio=pl.when(pl.col("steady_latency_p99") > 0).then(pl.col("latency_p99") / pl.col("steady_latency_p99"))
     )
     breached = paired.filter(
-        (pl.min_horizontal("n", "steady_n") >= config.min_samples)
-        & (pl.col("ratio").fill_null(0) >= config.latency_factor)
+        (pl.min_horizontal("n", "steady_n") >= config.min_samples) & breaches(pl.col("ratio"), config.latency_factor)
     )
     return [_latency_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
@@ -243,7 +247,7 @@ def _score_conditions(figures: pl.DataFrame, config: Config, window: Window) -> 
         drop=pl.col("steady_score_mean") - pl.col("score_mean")
     )
     enough = pl.min_horizontal("n", "steady_n", "score_n", "steady_score_n") >= config.min_samples
-    breached = paired.filter(enough & (pl.col("drop").fill_null(0) > config.score_drop)).sort("score_name")
+    breached = paired.filter(enough & breaches(pl.col("drop"), config.score_drop)).sort("score_name")
     return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
 
@@ -259,7 +263,7 @@ def _score_condition(row: dict[str, Any], config: Config, window: Window) -> Con
         "costing quality: add headroom ahead of them or smooth admission at the gateway"
     )
     return Condition(
-        labels={"pattern": "burst", "score": name}, value=drop, threshold=config.score_drop, summary=summary
+        labels={"pattern": "burst", "signal": name}, value=drop, threshold=config.score_drop, summary=summary
     )
 
 
@@ -271,7 +275,7 @@ def _latency_condition(row: dict[str, Any], config: Config, window: Window) -> C
         "burst arrivals wait for capacity: add headroom ahead of them or smooth admission at the gateway"
     )
     return Condition(
-        labels={"pattern": "burst", "score": "latency_p99"},
+        labels={"pattern": "burst", "signal": "latency_p99"},
         value=ratio,
         threshold=config.latency_factor,
         summary=summary,

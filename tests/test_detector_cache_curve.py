@@ -12,7 +12,7 @@ import pytest
 from detector_tables import assert_fits_migrated_table
 
 from detectors.base import Detection, Window
-from detectors.cache_curve import Config, detect, inputs
+from detectors.cache_curve import LABELS, Config, detect, inputs
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
@@ -91,7 +91,8 @@ def test_reference_curve_reproduces_the_means_and_fires_for_the_low_bucket_only(
     assert out.figures["score_n"].to_list() == [980, 600, 412]
 
     [condition] = out.conditions
-    assert condition.labels == {"bucket": "low", "score": "json_adherence"}
+    assert condition.labels == {"bucket": "low", "signal": "json_adherence"}
+    assert tuple(condition.labels) == LABELS
     assert condition.value == pytest.approx(means["high"] - means["low"])
     assert condition.threshold == 0.10
     assert condition.severity is None
@@ -106,6 +107,18 @@ def test_a_smaller_score_drop_threshold_also_catches_the_medium_bucket() -> None
     out = run(*reference(), config=Config(score_drop=0.05))
     assert [c.labels["bucket"] for c in out.conditions] == ["medium", "low"]
     assert out.conditions[0].summary.startswith("medium cache-hit bucket (0.55–0.85): json_adherence mean 0.81")
+
+
+def test_a_score_drop_of_exactly_the_threshold_fires_and_a_smaller_one_does_not() -> None:
+    # 0.90 - 0.80 comes out a hair under 0.10 in floating point; the summary shows 0.10, so it must fire.
+    high, low = bucket("high", 100), bucket("low", 100)
+    high_scores = scored(high, "json_adherence", 0.90, noise=0)
+    exact = run([high, low], [high_scores, scored(low, "json_adherence", 0.80, noise=0)])
+    [condition] = exact.conditions
+    assert condition.labels == {"bucket": "low", "signal": "json_adherence"}
+    assert condition.value < 0.10
+    assert f"(−{condition.value:.2f})" in condition.summary and "(−0.10)" in condition.summary
+    assert run([high, low], [high_scores, scored(low, "json_adherence", 0.81, noise=0)]).conditions == []
 
 
 def test_bucket_edges_are_inclusive_for_medium_and_null_ratios_are_left_out() -> None:
@@ -129,14 +142,16 @@ def test_bucket_edges_are_inclusive_for_medium_and_null_ratios_are_left_out() ->
         Config(high_threshold=0.5, low_threshold=0.6)
 
 
-def test_latency_p99_above_twice_the_high_bucket_fires_and_exactly_twice_does_not() -> None:
+def test_latency_p99_at_or_above_twice_the_high_bucket_fires_and_just_below_does_not() -> None:
     high = bucket("high", 200, e2e=[1000.0] * 200)
-    at_factor = run([high, bucket("low", 100, e2e=[2000.0] * 100)])
-    assert at_factor.conditions == []
+    below = run([high, bucket("low", 100, e2e=[1999.0] * 100)])
+    assert below.conditions == []
+    [at_factor] = run([high, bucket("low", 100, e2e=[2000.0] * 100)]).conditions
+    assert (at_factor.labels, at_factor.value) == ({"bucket": "low", "signal": "latency_p99"}, pytest.approx(2.0))
 
     above = run([high, bucket("medium", 100, e2e=[900.0] * 50 + [2500.0] * 50)])
     [condition] = above.conditions
-    assert condition.labels == {"bucket": "medium", "score": "latency_p99"}
+    assert condition.labels == {"bucket": "medium", "signal": "latency_p99"}
     assert condition.value == pytest.approx(2.5)
     assert condition.threshold == 2.0
     assert condition.summary == (
@@ -157,7 +172,7 @@ def test_a_bucket_or_a_reference_below_min_samples_stays_silent() -> None:
         low = bucket("low", n, e2e=[5000.0] * n)
         out = run([high, low], [high_scores, scored(low, "json_adherence", 0.5)])
         assert bool(out.conditions) is fires, n
-        assert {c.labels["score"] for c in out.conditions} == ({"json_adherence", "latency_p99"} if fires else set())
+        assert {c.labels["signal"] for c in out.conditions} == ({"json_adherence", "latency_p99"} if fires else set())
 
     thin_high = bucket("high", 29)
     low = bucket("low", 200, e2e=[5000.0] * 200)

@@ -11,7 +11,7 @@ import pytest
 from detector_tables import assert_fits_migrated_table
 
 from detectors.base import Detection, Window
-from detectors.context_length import Config, detect, inputs, output_buckets, prompt_buckets
+from detectors.context_length import LABELS, Config, detect, inputs, output_buckets, prompt_buckets
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
@@ -85,7 +85,8 @@ def test_a_long_prompt_cell_fourteen_points_below_the_best_fires_for_that_cell_o
     out = run(*groundedness_by_length())
 
     [condition] = out.conditions
-    assert condition.labels == {"prompt_bucket": "64k+", "output_bucket": "<500", "score": "groundedness"}
+    assert condition.labels == {"prompt_bucket": "64k+", "output_bucket": "<500", "signal": "groundedness"}
+    assert tuple(condition.labels) == LABELS
     assert condition.value == pytest.approx(0.14)
     assert condition.threshold == 0.10
     assert condition.severity is None
@@ -119,7 +120,7 @@ def test_an_output_length_cliff_at_the_best_cells_prompt_length_points_at_the_ou
     short, long = cell("0-8k", "<500", 100), cell("0-8k", "2000+", 40)
     out = run([short, long], [scored(short, "helpfulness", 0.80), scored(long, "helpfulness", 0.60)])
     [condition] = out.conditions
-    assert condition.labels == {"prompt_bucket": "0-8k", "output_bucket": "2000+", "score": "helpfulness"}
+    assert condition.labels == {"prompt_bucket": "0-8k", "output_bucket": "2000+", "signal": "helpfulness"}
     assert condition.summary.endswith(
         "check whether these generations hit max_tokens and split long outputs into shorter requests"
     )

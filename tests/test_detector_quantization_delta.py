@@ -10,7 +10,7 @@ import pytest
 from detector_tables import assert_fits_migrated_table
 
 from detectors.base import Detection, Window
-from detectors.quantization_delta import Config, detect, inputs, precision
+from detectors.quantization_delta import LABELS, Config, detect, inputs, precision
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
@@ -88,6 +88,7 @@ def test_an_int4_variant_losing_a_tenth_on_tool_calls_fires_for_that_variant_onl
 
     [condition] = out.conditions
     assert condition.labels == {"model": LLAMA, "quantization": "int4", "signal": "tool_call_correctness"}
+    assert tuple(condition.labels) == LABELS
     assert condition.value == pytest.approx(0.10)
     assert condition.threshold == 0.02
     assert condition.severity is None

@@ -10,7 +10,7 @@ import pytest
 from detector_tables import assert_fits_migrated_table
 
 from detectors.base import Detection, Window
-from detectors.replica_skew import Config, detect, inputs
+from detectors.replica_skew import LABELS, Config, detect, inputs
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
@@ -92,6 +92,7 @@ def test_a_replica_six_points_down_on_json_adherence_fires_naming_it_and_no_othe
     out = run(*fleet({"r7": 0.82}))
     [condition] = out.conditions
     assert condition.labels == {"replica_id": "r7", "signal": "json_adherence"}
+    assert tuple(condition.labels) == LABELS
     assert condition.value == pytest.approx(0.06)
     assert condition.threshold == 0.05
     assert condition.severity is None

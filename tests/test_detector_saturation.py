@@ -12,7 +12,7 @@ import pytest
 from detector_tables import assert_fits_migrated_table
 
 from detectors.base import Detection, Window
-from detectors.saturation import Config, detect, inputs
+from detectors.saturation import LABELS, Config, detect, inputs
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
@@ -109,7 +109,8 @@ def test_the_cliff_reproduces_the_means_and_fires_for_the_scaling_bucket_only() 
     assert 0.08 < means["idle"] - means["saturating"] < 0.10
 
     [condition] = out.conditions
-    assert condition.labels == {"bucket": "scaling", "score": "json_adherence"}
+    assert condition.labels == {"bucket": "scaling", "signal": "json_adherence"}
+    assert tuple(condition.labels) == LABELS
     assert condition.value == pytest.approx(means["idle"] - means["scaling"])
     assert condition.threshold == 0.10
     assert condition.severity is None
@@ -130,7 +131,7 @@ def test_a_p99_tripling_fires_on_latency_and_just_under_does_not() -> None:
     idle = bucket("idle", 200, e2e=[1000.0] * 200)
     out = run([idle, bucket("warm", 100, e2e=[5000.0] * 100), bucket("scaling", 100, e2e=[900.0] * 50 + [3000.0] * 50)])
     [condition] = out.conditions
-    assert condition.labels == {"bucket": "scaling", "score": "latency_p99"}
+    assert condition.labels == {"bucket": "scaling", "signal": "latency_p99"}
     assert condition.value == pytest.approx(3.0)
     assert condition.threshold == 3.0
     assert condition.summary == (
@@ -201,7 +202,7 @@ def test_min_samples_gates_the_scaling_and_the_idle_bucket() -> None:
     for n, fires in [(29, False), (30, True)]:
         scaling = bucket("scaling", n, e2e=[5000.0] * n)
         out = run([idle, scaling], [idle_scores, scored(scaling, "json_adherence", 0.5)])
-        assert {c.labels["score"] for c in out.conditions} == ({"json_adherence", "latency_p99"} if fires else set())
+        assert {c.labels["signal"] for c in out.conditions} == ({"json_adherence", "latency_p99"} if fires else set())
 
     for n, fires in [(29, False), (30, True)]:
         thin_idle = bucket("idle", n, e2e=[1000.0] * n)

@@ -10,7 +10,7 @@ import pytest
 from detector_tables import assert_fits_migrated_table
 
 from detectors.base import Detection, Window
-from detectors.tenant_fairness import Config, detect, inputs
+from detectors.tenant_fairness import LABELS, Config, detect, inputs
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
@@ -70,6 +70,7 @@ def test_a_small_tenant_behind_a_burst_fires_while_the_aggregate_looks_fine() ->
     out = run(*burst())
     assert [c.labels for c in out.conditions] == [{"tenant_id": "smallco", "signal": "latency_p99"}]
     condition = out.conditions[0]
+    assert tuple(condition.labels) == LABELS
     assert condition.value == pytest.approx(3490 / 1199.97, rel=1e-3)
     assert condition.threshold == 1.5
     assert condition.summary == (
@@ -90,6 +91,19 @@ def test_a_small_tenant_behind_a_burst_fires_while_the_aggregate_looks_fine() ->
     expected = sum(speeds) ** 2 / (2 * sum(x * x for x in speeds))
     assert rows["bigco"]["jain_index"] == rows["smallco"]["jain_index"] == pytest.approx(expected)
     assert 0.5 < expected < 0.85
+
+
+def test_a_p99_of_exactly_the_factor_fires_and_a_ttft_of_exactly_the_factor_is_queueing() -> None:
+    # The big tenant's flat 1000 ms (TTFT 100 ms) is the aggregate p99 too: the small tenant's 25 sit above p99.
+    big = tenant("bigco", [1000.0] * 2500, [100.0] * 2500)
+    [condition] = run(big, tenant("smallco", [1500.0] * 25, [150.0] * 25)).conditions
+    assert condition.labels == {"tenant_id": "smallco", "signal": "latency_p99"}
+    assert condition.value == 1.5
+    assert condition.summary.endswith(
+        "its TTFT p99 150 ms is 1.5x the aggregate 100 ms, so it is queued behind other tenants' load: "
+        "isolate it or give it a priority lane"
+    )
+    assert run(big, tenant("smallco", [1499.0] * 25, [149.0] * 25)).conditions == []
 
 
 def test_a_slow_tenant_with_a_normal_ttft_is_blamed_on_decoding_not_queueing() -> None:
@@ -204,6 +218,18 @@ def test_a_small_score_gap_or_a_handful_of_scores_stays_silent() -> None:
     requests, scores = score_window(0.0)
     few = scored(requests.filter(pl.col("tenant_id") == "quiet"), "json_adherence", [0.1] * 5)
     assert run(requests, scores=[*scores, few]).conditions == []
+
+
+def test_a_score_drop_of_exactly_the_threshold_fires_and_a_smaller_one_does_not() -> None:
+    # 0.85 - 0.80 comes out a hair under 0.05 in floating point; the summary shows 0.05, so it must fire.
+    a, b = tenant("a", spread(900, 1100, 40)), tenant("b", spread(900, 1100, 500))
+    for low, fires in ((0.80, True), (0.81, False)):
+        scores = [scored(a, "json_adherence", [low] * 40), scored(b, "json_adherence", [0.85] * 500)]
+        out = run(a, b, scores=scores)
+        assert [c.labels for c in out.conditions] == ([{"tenant_id": "a", "signal": "json_adherence"}] if fires else [])
+        if fires:
+            assert out.conditions[0].value < 0.05
+            assert " is 0.05 below the aggregate p10 0.85 " in out.conditions[0].summary
 
 
 def test_a_score_drop_counts_from_exactly_min_samples_scores() -> None:

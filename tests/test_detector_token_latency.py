@@ -11,7 +11,7 @@ import pytest
 
 from detectors.alerts import evaluate
 from detectors.base import Condition, Detection, Severity, Window
-from detectors.token_latency import Config, detect, inputs
+from detectors.token_latency import LABELS, Config, detect, inputs
 from storage.ports import Requests, RequestSummary
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
@@ -58,6 +58,8 @@ def test_a_doubled_p99_fires_with_prefill_burst_as_the_reason() -> None:
     )
     model = [c for c in out.conditions if "tenant_id" not in c.labels]
     assert len(model) == 1
+    tenant = [c for c in out.conditions if "tenant_id" in c.labels]
+    assert [tuple(c.labels) for c in tenant] == [LABELS]
     assert model[0].labels == {"model": "llama", "deployment": "vllm-a"}
     assert model[0].value >= 2.0
     assert "prefill_burst" in model[0].summary and "100% of the slow requests" in model[0].summary
@@ -147,6 +149,21 @@ def test_ratio_threshold_is_reached_at_exactly_twice_the_baseline_p99(window_p99
     if fires:
         assert conditions[0].value == pytest.approx(window_p99 / 100.0, rel=1e-12)
         assert conditions[0].threshold == 2.0
+
+
+def test_a_ratio_a_rounding_error_under_the_threshold_still_reaches_it() -> None:
+    # 0.1 x 3 is 0.30000000000000004, so 0.6 and 0.9 over it come out a hair under 2.0 and 3.0.
+    baseline_p99 = 0.1 * 3
+    for window_p99, threshold, severity in ((0.6, 2.0, None), (0.9, 3.0, Severity.CRITICAL)):
+        out = detect(
+            {"window": window_frame([window_p99] * 200), "baseline": baseline(baseline_p99)},
+            Config(per_tenant=False),
+            WINDOW,
+        )
+        assert model_row(out)["ratio"] < threshold
+        assert model_row(out)["breached"] is True
+        [condition] = model_conditions(out)
+        assert condition.severity == severity
 
 
 @pytest.mark.parametrize(
@@ -266,9 +283,10 @@ def test_prefill_share_counts_only_requests_slower_than_the_baseline_p99() -> No
         (0.16, 0.0, "kv_eviction"),
         (0.9, 0.76, "unknown"),
         (0.9, 0.74, "kv_eviction"),
+        (0.7, 0.55, "kv_eviction"),  # 0.7 - 0.55 computes a hair under 0.15
         (0.5, 0.9, "unknown"),
     ],
-    ids=["drop-0.14", "drop-exactly-0.15", "drop-0.16", "0.9-to-0.76", "0.9-to-0.74", "cache-rose"],
+    ids=["drop-0.14", "drop-exactly-0.15", "drop-0.16", "0.9-to-0.76", "0.9-to-0.74", "0.7-to-0.55", "cache-rose"],
 )
 def test_kv_eviction_from_a_cache_hit_drop_of_exactly_kv_drop_threshold(
     baseline_cache: float, window_cache: float, reason: str

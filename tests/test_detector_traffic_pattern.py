@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from detectors.base import Detection, Window
-from detectors.traffic_pattern import Config, detect, inputs
+from detectors.traffic_pattern import LABELS, Config, detect, inputs
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.reads import DuckDBWindowSource
@@ -236,7 +236,8 @@ def test_burst_requests_scoring_lower_than_steady_fire_one_condition() -> None:
     scores = scores_for(requests, lambda i: 0.70 if i in burst else 0.85)
     out = run(requests, scores)
     [condition] = out.conditions
-    assert condition.labels == {"pattern": "burst", "score": "json_adherence"}
+    assert condition.labels == {"pattern": "burst", "signal": "json_adherence"}
+    assert tuple(condition.labels) == LABELS
     means = dict(out.figures.select("pattern", "score_mean").iter_rows())
     assert means["burst"] == pytest.approx(0.70, abs=0.01) and means["steady"] == pytest.approx(0.85, abs=0.01)
     assert condition.value == pytest.approx(means["steady"] - means["burst"])
@@ -254,11 +255,27 @@ def test_burst_requests_scoring_lower_than_steady_fire_one_condition() -> None:
     assert run(requests, smaller).conditions == []
 
 
+def test_a_score_drop_of_exactly_the_threshold_fires_and_a_smaller_one_does_not() -> None:
+    requests = spiked()
+    burst = request_labels(requests, run(requests)).filter(pl.col("pattern") == "burst")["trace_id"].to_list()
+
+    def exact(steady: float, bursty: float) -> pl.DataFrame:
+        in_burst = pl.col("trace_id").is_in(burst)
+        return scores_for(requests, lambda _: 0.0).with_columns(score=pl.when(in_burst).then(bursty).otherwise(steady))
+
+    # 0.90 - 0.80 comes out a hair under 0.10 in floating point; the summary shows 0.10, so it must fire.
+    [condition] = run(requests, exact(0.90, 0.80)).conditions
+    assert condition.labels == {"pattern": "burst", "signal": "json_adherence"}
+    assert condition.value < 0.10
+    assert "(−0.10)" in condition.summary
+    assert run(requests, exact(0.90, 0.81)).conditions == []
+
+
 def test_burst_latency_at_twice_steady_fires_on_latency_p99() -> None:
     requests = spiked(spike_e2e=(6500.0, 8000.0))
     out = run(requests)
     [condition] = out.conditions
-    assert condition.labels == {"pattern": "burst", "score": "latency_p99"}
+    assert condition.labels == {"pattern": "burst", "signal": "latency_p99"}
     p99 = dict(out.figures.select("pattern", "latency_p99").iter_rows())
     assert condition.value == pytest.approx(p99["burst"] / p99["steady"])
     assert condition.value >= 2.0

@@ -3,14 +3,16 @@ silence on an empty window, determinism for a fixed time, and figures that fit i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 
 import polars as pl
 import pytest
 
-from detectors.registry import REGISTRY, get
+from detectors.registry import MODULES, REGISTRY, get
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.readers import Reader
@@ -18,6 +20,7 @@ from storage.duckdb.reads import DuckDBWindowSource
 from tailwatch.settings import Settings
 
 AT = datetime(2026, 11, 20, 12, 0)
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "detectors.md"
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +87,42 @@ def test_an_unknown_detector_names_the_known_ones() -> None:
 
 def test_the_key_is_the_config_key_the_table_and_the_docs_heading() -> None:
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "detectors.md").read_text()
+    text = DOCS.read_text()
     for key, spec in REGISTRY.items():
         assert spec.key == key
         assert key in Settings().detector_configs()
         assert f"\n## {key}\n" in text, f"docs/detectors.md has no '## {key}' heading"
         for name in spec.config.model_fields:
             assert f"`{name}`" in text, f"{key}.{name} is not documented"
+
+
+def test_the_registry_is_the_modules_in_pass_order_with_clusters_last() -> None:
+    assert list(REGISTRY) == [module.KEY for module in MODULES]
+    assert list(REGISTRY)[-1] == "clusters"
+    for module in MODULES:
+        spec = REGISTRY[module.KEY]
+        assert (spec.config, spec.inputs, spec.detect) == (module.Config, module.inputs, module.detect)
+        assert spec.summary == module.SUMMARY and spec.summary.strip() and "\n" not in spec.summary
+
+
+def label_vocabulary() -> dict[str, set[str]]:
+    """docs/detectors.md's label vocabulary: each label with the detectors its row names."""
+    section = DOCS.read_text().split("\n### Alert labels\n", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", section, flags=re.MULTILINE)
+    return {label: set(re.findall(r"\w+", detectors)) for label, detectors in rows}
+
+
+@pytest.mark.parametrize("module", MODULES, ids=[module.KEY for module in MODULES])
+def test_each_module_declares_its_alert_labels_and_the_docs_vocabulary_lists_exactly_those(
+    module: ModuleType,
+) -> None:
+    labels = module.LABELS
+    assert isinstance(labels, tuple) and all(isinstance(name, str) and name for name in labels)
+    assert len(set(labels)) == len(labels)
+    vocabulary = label_vocabulary()
+    for name in labels:
+        assert module.KEY in vocabulary.get(name, set()), (
+            f"docs/detectors.md's label vocabulary has no `{name}` row naming {module.KEY}"
+        )
+    listed = {name for name, keys in vocabulary.items() if module.KEY in keys}
+    assert listed == set(labels), f"docs/detectors.md lists labels {module.KEY} does not declare"

@@ -24,7 +24,7 @@ AT = datetime(2026, 11, 20, 12, 0)
 def fired():
     return evaluate(
         "cache_curve",
-        [Condition({"bucket": "low", "score": "json_adherence"}, 0.2, 0.1, "low bucket lost 0.20")],
+        [Condition({"bucket": "low", "signal": "json_adherence"}, 0.2, 0.1, "low bucket lost 0.20")],
         {},
         {},
         for_evaluations=1,
@@ -130,8 +130,8 @@ def resolving():
     first = evaluate(
         "cache_curve",
         [
-            Condition({"bucket": "low", "score": "json_adherence"}, 0.2, 0.1, "low bucket lost 0.20"),
-            Condition({"bucket": "medium", "score": "json_adherence"}, 0.15, 0.1, "medium bucket lost 0.15"),
+            Condition({"bucket": "low", "signal": "json_adherence"}, 0.2, 0.1, "low bucket lost 0.20"),
+            Condition({"bucket": "medium", "signal": "json_adherence"}, 0.15, 0.1, "medium bucket lost 0.15"),
         ],
         {},
         {},
@@ -143,7 +143,7 @@ def resolving():
     later = AT + timedelta(minutes=5)
     return evaluate(
         "cache_curve",
-        [Condition({"bucket": "low", "score": "json_adherence"}, 0.25, 0.1, "low bucket lost 0.25")],
+        [Condition({"bucket": "low", "signal": "json_adherence"}, 0.25, 0.1, "low bucket lost 0.25")],
         {a.fingerprint: a for a in first.fired},
         first.breaches,
         for_evaluations=1,
@@ -173,7 +173,7 @@ def test_the_webhook_body_is_alertmanager_shaped() -> None:
                         "detector": "cache_curve",
                         "severity": "warning",
                         "bucket": "low",
-                        "score": "json_adherence",
+                        "signal": "json_adherence",
                     },
                     "annotations": {"summary": "low bucket lost 0.20"},
                     "startsAt": "2026-11-20T12:00:00.000000Z",
@@ -211,13 +211,13 @@ def test_alertmanager_gets_json_with_firing_alerts_expiring_four_intervals_ahead
     assert receiver.bodies == [
         [
             {
-                "labels": {**common, "bucket": "low", "score": "json_adherence"},
+                "labels": {**common, "bucket": "low", "signal": "json_adherence"},
                 "annotations": {"summary": "low bucket lost 0.25"},
                 "startsAt": "2026-11-20T12:00:00.000000Z",
                 "endsAt": "2026-11-20T12:25:07.000000Z",  # now + 4 x 300 s: resolves itself if Tailwatch stops
             },
             {
-                "labels": {**common, "bucket": "medium", "score": "json_adherence"},
+                "labels": {**common, "bucket": "medium", "signal": "json_adherence"},
                 "annotations": {"summary": "medium bucket lost 0.15"},
                 "startsAt": "2026-11-20T12:00:00.000000Z",
                 "endsAt": "2026-11-20T12:05:00.000000Z",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -14,8 +15,12 @@ from conftest import RunningService
 from waiting import HANG_GUARD
 
 from collector.model import SPAN_BATCH_SCHEMA
+from detectors.alerts import Alert, evaluate, fingerprint
+from detectors.base import Condition, Severity, Window
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
+from storage.duckdb.detector_store import DuckDBDetectorStore
+from storage.duckdb.reads import DuckDBWindowSource
 
 CONTRACT_COLUMNS = [
     "trace_id",
@@ -79,6 +84,94 @@ def test_downgrade_to_base_and_upgrade_again_round_trips(tmp_path: Path) -> None
     assert "spans" not in [r[0] for r in con.execute("SHOW TABLES").fetchall()]
     migrate.upgrade(con)
     assert "spans" in [r[0] for r in con.execute("SHOW TABLES").fetchall()]
+    con.close()
+
+
+# Alerts as 0007's detectors stored them (four said `score` where the others said `signal`), each with the
+# hold-down count of its group: (alert_id, detector, state, labels, breaches).
+BEFORE_0008 = [
+    ("a-cache", "cache_curve", "firing", {"bucket": "low", "score": "json_adherence"}, 4),
+    ("a-cache-resolved", "cache_curve", "resolved", {"bucket": "medium", "score": "latency_p99"}, 1),
+    (
+        "a-cells",
+        "context_length",
+        "firing",
+        {"prompt_bucket": "64k+", "output_bucket": "<500", "score": "groundedness"},
+        2,
+    ),
+    ("a-scaling", "saturation", "firing", {"bucket": "scaling", "score": "latency_p99"}, 3),
+    ("a-burst", "traffic_pattern", "firing", {"pattern": "burst", "score": "json_adherence"}, 5),
+    ("a-replica", "replica_skew", "firing", {"replica_id": "r7", "signal": "json_adherence"}, 6),
+]
+
+
+def renamed(labels: dict[str, str]) -> dict[str, str]:
+    return {("signal" if name == "score" else name): value for name, value in labels.items()}
+
+
+def stored_alerts(con: duckdb.DuckDBPyConnection) -> dict[str, Alert]:
+    return {r["alert_id"]: Alert.from_row(r) for r in con.sql("SELECT * FROM alerts").to_arrow_table().to_pylist()}
+
+
+def stored_conditions(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str, int]]:
+    return set(con.execute("SELECT detector, fingerprint, breaches FROM alert_conditions").fetchall())
+
+
+def test_migration_0008_renames_score_to_signal_and_a_firing_alert_keeps_firing(tmp_path: Path) -> None:
+    con = open_database(tmp_path / "m.duckdb")
+    migrate.upgrade(con, "0007")
+    at = datetime(2026, 11, 20, 12, 0)
+    for alert_id, detector, state, labels, breaches in BEFORE_0008:
+        fp = fingerprint(detector, labels)
+        con.execute(
+            "INSERT INTO alerts VALUES (?, ?, ?, 'warning', ?, ?, 'summary', 0.2, 0.1, ?, ?, ?, ?, ?)",
+            [alert_id, detector, fp, state, json.dumps(labels, sort_keys=True), at - timedelta(minutes=5), at,
+             at - timedelta(hours=1), at if state == "resolved" else None, at],
+        )  # fmt: skip
+        con.execute("INSERT INTO alert_conditions VALUES (?, ?, ?, ?)", [fp, detector, breaches, at])
+    # A breach in its hold-down that no alert names: a fingerprint is a hash, so its count cannot move.
+    con.execute("INSERT INTO alert_conditions VALUES ('0123456789abcdef', 'cache_curve', 1, ?)", [at])
+
+    migrate.upgrade(con)
+    alerts = stored_alerts(con)
+    for alert_id, detector, state, labels, _ in BEFORE_0008:
+        alert = alerts[alert_id]
+        assert alert.labels == renamed(labels), alert_id
+        assert alert.fingerprint == fingerprint(detector, renamed(labels)), alert_id
+        assert (alert.state, alert.started_at) == (state, at - timedelta(hours=1)), alert_id
+    assert con.execute("SELECT labels::VARCHAR FROM alerts WHERE alert_id = 'a-cells'").fetchall() == [
+        ('{"output_bucket": "<500", "prompt_bucket": "64k+", "signal": "groundedness"}',)
+    ]
+    assert stored_conditions(con) == {(d, alerts[a].fingerprint, n) for a, d, _, _, n in BEFORE_0008}
+
+    # The next evaluation of the same breach, from the state the pass reads, refreshes the alert and counts on
+    # from its hold-down count: nothing resolves, nothing fires anew.
+    store = DuckDBDetectorStore(DuckDBWindowSource(con), writer=None)  # reads only
+    for alert_id, detector, state, labels, breaches in BEFORE_0008:
+        if state != "firing" or "score" not in labels:
+            continue
+        firing = store.firing_state(detector)
+        later = at + timedelta(minutes=5)
+        evaluation = evaluate(
+            detector,
+            [Condition(renamed(labels), 0.3, 0.1, "still breaching")],
+            firing.firing,
+            firing.breaches,
+            for_evaluations=3,
+            default_severity=Severity.WARNING,
+            window=Window(at, later),
+            at=later,
+        )
+        assert (evaluation.fired, evaluation.resolved) == ([], []), alert_id
+        assert [a.alert_id for a in evaluation.updated] == [alert_id]
+        assert evaluation.breaches == {alerts[alert_id].fingerprint: breaches + 1}, alert_id
+
+    migrate.downgrade(con, "0007")
+    alerts = stored_alerts(con)
+    for alert_id, detector, _, labels, _ in BEFORE_0008:
+        assert alerts[alert_id].labels == labels, alert_id
+        assert alerts[alert_id].fingerprint == fingerprint(detector, labels), alert_id
+    assert stored_conditions(con) == {(d, fingerprint(d, labels), n) for _, d, _, labels, n in BEFORE_0008}
     con.close()
 
 
