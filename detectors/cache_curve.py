@@ -30,14 +30,14 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import breaches, curve, format_duration, requests, scores
+from detectors.frames import breaches, curve, format_duration, ids_as_strings, requests, scores
 
 KEY = "cache_curve"
 SUMMARY = "Latency and quality per KV-cache-hit-ratio bucket; alerts on a cliff below the high bucket."
 LABELS = ("bucket", "signal")
 REFERENCE = "high"
 BUCKET_ORDER = {"high": 0, "medium": 1, "low": 2}
-REQUEST_COLUMNS = ("trace_id", "span_id", "cache_hit_ratio", "e2e_ms", "tpot_ms")
+REQUEST_COLUMNS = ("cache_hit_ratio", "e2e_ms", "tpot_ms")
 FIGURE_COLUMNS = [
     "window_start",
     "window_end",
@@ -91,14 +91,14 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
     reqs = (
         frames["requests"]
         .with_columns(
-            pl.col("trace_id", "span_id").cast(pl.String),
+            *ids_as_strings(frames["requests"]),
             pl.col("cache_hit_ratio", "e2e_ms", "tpot_ms").cast(pl.Float64),
         )
         .filter(pl.col("cache_hit_ratio").is_not_null())
         .with_columns(_bucket(config).alias("bucket"))
     )
     score_frame = frames["scores"].with_columns(
-        pl.col("trace_id", "span_id", "name").cast(pl.String), pl.col("score").cast(pl.Float64)
+        *ids_as_strings(frames["scores"]), pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64)
     )
 
     buckets, long = curve(reqs, score_frame, "bucket")

@@ -25,7 +25,7 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Detection, DetectorConfig, Read, Window
-from detectors.frames import requests, scores
+from detectors.frames import ids_as_strings, request_key, requests, scores
 from storage.ports import FiringAlerts, TrafficLabels
 
 KEY = "clusters"
@@ -34,7 +34,7 @@ LABELS: tuple[str, ...] = ()
 _MAX_RISK = 1000.0
 _MIN_OUTSIDE = 20
 REQUEST_COLUMNS = (
-    "trace_id", "span_id", "status_code", "tenant_id", "replica_id", "deployment", "model", "input_tokens",
+    "trace_id", "status_code", "tenant_id", "replica_id", "deployment", "model", "input_tokens",
     "tpot_ms", "e2e_ms", "cache_hit_ratio", "queue_depth", "replica_count", "quantization", "finish_reason",
     "prefill_tokens_in_batch",
 )  # fmt: skip
@@ -96,7 +96,7 @@ def inputs(config: Config, window: Window) -> dict[str, Read]:
         "requests": requests(window, (*REQUEST_COLUMNS, *config.extra_dimensions)),
         "scores": scores(window),
         # The same pass labelled the window's traffic before clustering runs (registry order).
-        "labels": TrafficLabels(window, ids=True),
+        "labels": TrafficLabels(window),
         "alerts": FiringAlerts(),
     }
 
@@ -113,8 +113,11 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
 
 
 def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.DataFrame:
+    # trace_id is the one id fetched, for the examples a cluster quotes; requests, their labels and
+    # scores meet on the 64-bit request key.
+    key = request_key(frames["requests"], frames["labels"], frames["scores"])
     reqs = frames["requests"].with_columns(
-        pl.col("trace_id", "span_id").cast(pl.String), pl.col("tpot_ms", "e2e_ms").cast(pl.Float64)
+        *ids_as_strings(frames["requests"]), pl.col("tpot_ms", "e2e_ms").cast(pl.Float64)
     )
     ratio = pl.col("cache_hit_ratio")
     saturation = pl.col("queue_depth") / pl.when(pl.col("replica_count") > 0).then(pl.col("replica_count"))
@@ -130,19 +133,22 @@ def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.Data
         batch_prefill=pl.when(pl.col("prefill_tokens_in_batch") > 4000).then(pl.lit("4k+"))
         .when(pl.col("prefill_tokens_in_batch").is_not_null()).then(pl.lit("<=4k")),
     )  # fmt: skip
-    labels = frames["labels"].select(pl.col("trace_id", "span_id", "pattern").cast(pl.String))
-    key = pl.struct("trace_id", "span_id").hash().alias("_request")
-    reqs = reqs.with_columns(key).join(
-        labels.select(key, pl.col("pattern").alias("traffic_pattern")), on="_request", how="left"
-    )
-    score_frame = frames["scores"].with_columns(pl.col("trace_id", "span_id").cast(pl.String))
+    labels = frames["labels"].select(key, pl.col("pattern").cast(pl.String).alias("traffic_pattern"))
     low = (
-        score_frame.filter(pl.col("score").cast(pl.Float64) < config.score_floor)
-        .select(key, "name")
+        frames["scores"]
+        .filter(pl.col("score").cast(pl.Float64) < config.score_floor)
+        .select(key, pl.col("name").cast(pl.String))
         .group_by("_request")
         .agg(pl.col("name").sort().first().alias("low_score"))
     )
-    reqs = reqs.join(low, on="_request", how="left")
+    # Each request has at most one label in the window and one lowest score, so joining the key
+    # column alone keeps the requests' order and count: the wide frame is never copied by a join.
+    looked_up = (
+        reqs.select(key)
+        .join(labels, on="_request", how="left", maintain_order="left")
+        .join(low, on="_request", how="left", maintain_order="left")
+    )
+    reqs = reqs.with_columns(looked_up["traffic_pattern"], looked_up["low_score"])
     errors = pl.col("status_code") == "ERROR"
     slow_decode = pl.col("tpot_ms") > pl.col("tpot_ms").quantile(0.99, "linear")
     slow = pl.col("e2e_ms") > pl.col("e2e_ms").quantile(0.99, "linear")

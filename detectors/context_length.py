@@ -34,12 +34,12 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import breaches, curve, requests, scores
+from detectors.frames import breaches, curve, ids_as_strings, requests, scores
 
 KEY = "context_length"
 SUMMARY = "Quality and latency by prompt-length x output-length cell, against the best cell."
 LABELS = ("prompt_bucket", "output_bucket", "signal")
-REQUEST_COLUMNS = ("trace_id", "span_id", "input_tokens", "output_tokens", "e2e_ms", "tpot_ms")
+REQUEST_COLUMNS = ("input_tokens", "output_tokens", "e2e_ms", "tpot_ms")
 FIGURE_COLUMNS = [
     "window_start",
     "window_end",
@@ -105,7 +105,7 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
     reqs = (
         frames["requests"]
         .with_columns(
-            pl.col("trace_id", "span_id").cast(pl.String),
+            *ids_as_strings(frames["requests"]),
             pl.col("input_tokens", "output_tokens").cast(pl.Int64),
             pl.col("e2e_ms", "tpot_ms").cast(pl.Float64),
         )
@@ -119,7 +119,7 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         )
     )
     score_frame = frames["scores"].with_columns(
-        pl.col("trace_id", "span_id", "name").cast(pl.String), pl.col("score").cast(pl.Float64)
+        *ids_as_strings(frames["scores"]), pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64)
     )
 
     _cells, long = curve(reqs, score_frame, "cell")

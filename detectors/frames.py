@@ -14,7 +14,7 @@ from storage.ports import Requests, Scores
 TOLERANCE = 1e-9
 
 REQUEST_COLUMNS = (
-    "trace_id", "span_id", "start_time", "end_time", "status_code", "tenant_id", "replica_id", "deployment", "model",
+    "start_time", "end_time", "status_code", "tenant_id", "replica_id", "deployment", "model",
     "input_tokens", "output_tokens", "ttft_ms", "tpot_ms", "queue_ms", "e2e_ms", "cache_hit_ratio", "queue_depth",
     "replica_count", "prefill_tokens_in_batch", "quantization",
 )  # fmt: skip
@@ -26,8 +26,28 @@ def requests(window: Window, columns: tuple[str, ...] = REQUEST_COLUMNS) -> Requ
 
 
 def scores(window: Window) -> Scores:
-    """Every score of those requests, long format: (request_key, trace_id, span_id, name, score)."""
-    return Scores(window, ids=True)
+    """Every score of those requests, long format: (request_key, name, score)."""
+    return Scores(window)
+
+
+IDS = ("trace_id", "span_id")
+
+
+def ids_as_strings(frame: pl.DataFrame) -> list[pl.Expr]:
+    """The id columns a frame has, as strings. Fetched frames identify a request by `request_key`
+    alone; hand-built ones by their two ids, typed Null when empty."""
+    return [pl.col(c).cast(pl.String) for c in IDS if c in frame.columns]
+
+
+def request_key(*frames: pl.DataFrame) -> pl.Expr:
+    """One 64-bit key per request, as `_request`, that joins these frames: storage's `request_key` when
+    every one has it, else a hash of the two ids (hand-built frames). The two hashes never meet."""
+    # A 64-bit key rather than the two strings: twice as fast to join over a day of requests, and no
+    # id string of the day has to enter Python; a collision among one window's requests is
+    # vanishingly unlikely.
+    if all("request_key" in f.columns for f in frames):
+        return pl.col("request_key").alias("_request")
+    return pl.struct(pl.col(*IDS).cast(pl.String)).hash().alias("_request")
 
 
 def percentile(column: str, q: float, alias: str) -> pl.Expr:
@@ -37,13 +57,7 @@ def percentile(column: str, q: float, alias: str) -> pl.Expr:
 
 def join_scores(scores_frame: pl.DataFrame, requests_frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Each score with the `by` columns of its request."""
-    # Joined on a 64-bit hash of the two ids rather than the two strings: twice as fast over a day of
-    # requests; a collision among one window's requests is vanishingly unlikely. Fetched frames carry
-    # storage's request_key; hand-built ones only ids, hashed here (the two hashes never meet in a join).
-    if "request_key" in scores_frame.columns and "request_key" in requests_frame.columns:
-        key = pl.col("request_key").alias("_request")
-    else:
-        key = pl.struct(pl.col("trace_id", "span_id").cast(pl.String)).hash().alias("_request")
+    key = request_key(scores_frame, requests_frame)
     left = scores_frame.select(key, "name", "score")
     right = requests_frame.select(key, *by)
     return left.join(right, on="_request").drop("_request")

@@ -37,12 +37,12 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import breaches, format_duration, percentile, requests, score_means, scores
+from detectors.frames import breaches, format_duration, ids_as_strings, percentile, requests, score_means, scores
 
 KEY = "quantization_delta"
 SUMMARY = "Each quantization variant's scores and latency against the highest-precision variant."
 LABELS = ("model", "quantization", "signal")
-REQUEST_COLUMNS = ("trace_id", "span_id", "model", "quantization", "e2e_ms")
+REQUEST_COLUMNS = ("model", "quantization", "e2e_ms")
 FIGURE_COLUMNS = [
     "window_start",
     "window_end",
@@ -120,12 +120,14 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
     reqs = (
         frames["requests"]
         .with_columns(
-            pl.col("trace_id", "span_id", "model", "quantization").cast(pl.String), pl.col("e2e_ms").cast(pl.Float64)
+            *ids_as_strings(frames["requests"]),
+            pl.col("model", "quantization").cast(pl.String),
+            pl.col("e2e_ms").cast(pl.Float64),
         )
         .filter(pl.col("model").is_not_null() & pl.col("quantization").is_not_null())
     )
     score_frame = frames["scores"].with_columns(
-        pl.col("trace_id", "span_id", "name").cast(pl.String), pl.col("score").cast(pl.Float64)
+        *ids_as_strings(frames["scores"]), pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64)
     )
 
     variants = _variants(reqs, config)

@@ -34,12 +34,12 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import breaches, format_duration, join_scores, percentile, requests, scores
+from detectors.frames import breaches, format_duration, ids_as_strings, join_scores, percentile, requests, scores
 
 KEY = "replica_skew"
 SUMMARY = "Each replica's latency, errors and scores against the rest of the fleet."
 LABELS = ("replica_id", "signal")
-REQUEST_COLUMNS = ("trace_id", "span_id", "status_code", "replica_id", "e2e_ms", "tpot_ms")
+REQUEST_COLUMNS = ("status_code", "replica_id", "e2e_ms", "tpot_ms")
 FIGURE_COLUMNS = [
     "window_start",
     "window_end",
@@ -85,11 +85,12 @@ def inputs(config: Config, window: Window) -> dict[str, Read]:
 def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> Detection:
     # Hand-built or empty frames may carry Null dtypes; the figures table needs the real ones.
     reqs = frames["requests"].with_columns(
-        pl.col("trace_id", "span_id", "status_code", "replica_id").cast(pl.String),
+        *ids_as_strings(frames["requests"]),
+        pl.col("status_code", "replica_id").cast(pl.String),
         pl.col("e2e_ms", "tpot_ms").cast(pl.Float64),
     )
     score_frame = frames["scores"].with_columns(
-        pl.col("trace_id", "span_id", "name").cast(pl.String), pl.col("score").cast(pl.Float64)
+        *ids_as_strings(frames["scores"]), pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64)
     )
 
     replicas = _replicas(reqs)

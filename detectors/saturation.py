@@ -32,7 +32,7 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import breaches, curve, format_duration, requests, scores
+from detectors.frames import breaches, curve, format_duration, ids_as_strings, requests, scores
 
 KEY = "saturation"
 SUMMARY = "Autoscaling lag: latency and quality by queue depth per replica, idle to scaling."
@@ -40,7 +40,7 @@ LABELS = ("bucket", "signal")
 REFERENCE = "idle"
 BREACHING = "scaling"
 BUCKET_ORDER = {"idle": 0, "warm": 1, "saturating": 2, "scaling": 3}
-REQUEST_COLUMNS = ("trace_id", "span_id", "e2e_ms", "tpot_ms", "queue_depth", "replica_count")
+REQUEST_COLUMNS = ("e2e_ms", "tpot_ms", "queue_depth", "replica_count")
 FIGURE_COLUMNS = [
     "window_start",
     "window_end",
@@ -97,7 +97,7 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
     reqs = (
         frames["requests"]
         .with_columns(
-            pl.col("trace_id", "span_id").cast(pl.String),
+            *ids_as_strings(frames["requests"]),
             pl.col("e2e_ms", "tpot_ms").cast(pl.Float64),
             pl.col("queue_depth", "replica_count").cast(pl.Int64),
         )
@@ -107,7 +107,7 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         .with_columns(_bucket(config).alias("bucket"))
     )
     score_frame = frames["scores"].with_columns(
-        pl.col("trace_id", "span_id", "name").cast(pl.String), pl.col("score").cast(pl.Float64)
+        *ids_as_strings(frames["scores"]), pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64)
     )
 
     buckets, long = curve(reqs, score_frame, "bucket")

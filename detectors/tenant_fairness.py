@@ -43,7 +43,7 @@ from detectors.frames import breaches, format_duration, join_scores, percentile,
 KEY = "tenant_fairness"
 SUMMARY = "Per-tenant p99 and score tails against the aggregate, with Jain's fairness index."
 LABELS = ("tenant_id", "signal")
-REQUEST_COLUMNS = ("trace_id", "span_id", "tenant_id", "e2e_ms", "ttft_ms")
+REQUEST_COLUMNS = ("tenant_id", "e2e_ms", "ttft_ms")
 FIGURE_COLUMNS = [
     "window_start",
     "window_end",

@@ -182,7 +182,7 @@ def test_a_detector_gives_the_same_figures_from_stored_spans_as_from_the_rows_se
     fetched = {name: frame(read.fetch(storage.windows)) for name, read in spec.inputs(config, window).items()}
     sent = truth(window)
     by_hand = {
-        "requests": sent.select(fetched["requests"].drop("request_key").columns),
+        "requests": sent.select("trace_id", "span_id", *fetched["requests"].drop("request_key").columns),
         "scores": pl.DataFrame(SCORES).select("trace_id", "span_id", "name", "score"),
     }
     ours, theirs = spec.detect(fetched, config, window), spec.detect(by_hand, config, window)
