@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from conftest import RunningService
+from conftest import RunningService, service_settings
 from waiting import HANG_GUARD
 
 from detectors.scheduler import grid_time, schedule
@@ -32,6 +33,28 @@ def test_each_enabled_detector_gets_an_aligned_job_that_evaluates_at_the_grid_ti
     assert service.rows("SELECT detector, evaluated_at, outcome FROM detector_runs") == [
         ("token_latency", datetime(2026, 11, 20, 12, 5), "ok")
     ]
+
+
+def test_each_detectors_job_comes_back_every_interval_of_its_own_on_the_grid(
+    service: RunningService, db_path: Path
+) -> None:
+    runner = service.service.runner
+    assert runner is not None
+    scheduler = BackgroundScheduler(timezone="UTC")  # not started: the trigger is asked for its times
+    configs = service_settings(db_path, detectors={"cache_curve": {"interval_seconds": 600}}).detector_configs()
+    schedule(scheduler, runner, configs, clock=lambda: datetime(2026, 11, 20, 12, 7, 31))
+
+    def fire_times(key: str, n: int) -> list[datetime]:
+        trigger = scheduler.get_job(f"detector:{key}").trigger
+        times: list[datetime] = []
+        previous, now = None, trigger.start_date
+        for _ in range(n):
+            previous = now = trigger.get_next_fire_time(previous, now)
+            times.append(now)
+        return times
+
+    assert fire_times("token_latency", 3) == [datetime(2026, 11, 20, 12, m, tzinfo=UTC) for m in (10, 15, 20)]
+    assert fire_times("cache_curve", 3) == [datetime(2026, 11, 20, 12, m, tzinfo=UTC) for m in (10, 20, 30)]
 
 
 def test_alerts_endpoint_lists_alerts_with_filters(service: RunningService) -> None:
