@@ -249,6 +249,30 @@ def test_a_decoder_process_dying_mid_request_is_a_retryable_refusal_and_the_retr
     assert len(stored_span_ids(db)) == 3
 
 
+def test_a_decoder_process_that_died_while_idle_is_replaced_and_the_next_request_is_stored(tmp_path: Path) -> None:
+    db = tmp_path / "idle.duckdb"
+    registry = CollectorRegistry()
+    payload = request([span() for _ in range(3)]).SerializeToString()
+    with pipeline_on(db, registry, decode_workers=1) as pipeline:
+        before = {p.pid for p in multiprocessing.active_children()}
+        pipeline.warm_up()
+        [worker] = [p for p in multiprocessing.active_children() if p.pid not in before]
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(HANG_GUARD)
+        # Wait for the pool to mark itself broken, so submitting is what fails (not a decode in flight).
+        wait_until(lambda: pipeline._executor._broken, "the decoder pool to notice its worker died")  # type: ignore[attr-defined]
+        first = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+        wait_until(first.done, "the first request after the death to be answered")
+        error = first.exception()
+        assert isinstance(error, Unavailable), error
+        assert STATUS[error.refusal].retryable
+        retry = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+        wait_until(retry.done, "the retried request to be answered")
+        assert retry.result() == ExportResult(accepted=3, rejected=0, message="")
+    assert len(stored_span_ids(db)) == 3
+
+
 @pytest.mark.parametrize("signal_", [Signal.TRACES, Signal.LOGS])
 def test_a_request_after_the_pipeline_closed_is_refused_as_retryable_and_counted(
     tmp_path: Path, signal_: Signal
