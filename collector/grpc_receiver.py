@@ -54,9 +54,10 @@ class GrpcReceiver:
                 for signal, service in SERVICES.items()
             )
         )
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
-        if self.port == 0:
-            raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")
+        try:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:  # grpcio's only signal that the bind failed (a port in use, a bad host)
+            raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}: {exc}") from None
 
     def start(self) -> None:
         self._server.start()

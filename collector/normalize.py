@@ -21,32 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from collector.model import LLM_FIELDS, LLM_TYPES
+
 # ---------------------------------------------------------------------------------------------------
-# Canonical fields filled from attributes, in slot order. Derived fields are computed after lookup.
-FIELDS = (
-    "operation",
-    "provider",
-    "model",
-    "input_tokens",
-    "output_tokens",
-    "cached_input_tokens",
-    "ttft_ms",
-    "tpot_ms",
-    "queue_ms",
-    "prefill_ms",
-    "decode_ms",
-    "e2e_ms",
-    "finish_reason",
-    "cache_hit_ratio",
-    "queue_depth",
-    "replica_count",
-    "batch_size",
-    "prefill_tokens_in_batch",
-    "quantization",
-    "tenant_id",
-    "replica_id",
-    "deployment",
-)
+# Canonical fields filled from attributes, in slot order, and their types: collector/model.py. Derived
+# fields are computed after lookup.
+FIELDS = LLM_FIELDS
 
 Converter = Callable[[Any], Any]
 
@@ -372,19 +352,7 @@ _ARROW_TYPE: dict[Converter, pa.DataType] = {
 
 
 def _type_of(field: str) -> pa.DataType:
-    return _FIELD_TYPES.get(field, pa.string())
-
-
-_FIELD_TYPES: dict[str, pa.DataType] = {
-    **dict.fromkeys(
-        ("input_tokens", "output_tokens", "cached_input_tokens", "queue_depth", "replica_count", "batch_size",
-         "prefill_tokens_in_batch"),
-        pa.int64(),
-    ),
-    **dict.fromkeys(
-        ("ttft_ms", "tpot_ms", "queue_ms", "prefill_ms", "decode_ms", "e2e_ms", "cache_hit_ratio"), pa.float64()
-    ),
-}  # fmt: skip
+    return LLM_TYPES[field]
 
 
 def normalize_batch(plan: Plan, batch: SpanBatch) -> tuple[dict[str, pa.Array], pa.Array, pa.Array]:

@@ -97,16 +97,31 @@ class IngestPipeline:
                 exc = Overloaded("ingest is at capacity; retry after the hinted delay")
                 return _failed(result, self.count_refusal(signal, transport, exc))
             self._inflight += size
+        executor = self._executor
         try:
-            decoding = self._executor.submit(decode_request, signal, payload, encoding, self._normalize)
-        except (RuntimeError, BrokenProcessPool):
+            decoding = executor.submit(decode_request, signal, payload, encoding, self._normalize)
+        except BrokenProcessPool:
+            # A decoder died while idle: the pool is broken for good until it is replaced.
+            self._release(size)
+            self._restart_executor(executor)
+            return _failed(result, self.count_refusal(signal, transport, Unavailable("a decoder process died; retry")))
+        except RuntimeError:  # shut down: replaced by a restart a moment ago, or closing
             self._release(size)
             return _failed(result, self.count_refusal(signal, transport, Unavailable("the decoder is restarting")))
-        decoding.add_done_callback(lambda f: self._decoded(f, result, size, signal, transport))
+        decoding.add_done_callback(
+            lambda f: self._decoded(f, result, size, signal=signal, transport=transport, executor=executor)
+        )
         return result
 
     def _decoded(
-        self, decoding: Future[Decoded], result: Future[ExportResult], size: int, signal: Signal, transport: str
+        self,
+        decoding: Future[Decoded],
+        result: Future[ExportResult],
+        size: int,
+        *,
+        signal: Signal,
+        transport: str,
+        executor: Executor,
     ) -> None:
         try:
             decoded = decoding.result()
@@ -116,7 +131,7 @@ class IngestPipeline:
             return
         except BrokenProcessPool:
             self._release(size)
-            self._restart_executor()
+            self._restart_executor(executor)
             result.set_exception(self.count_refusal(signal, transport, Unavailable("a decoder process died; retry")))
             return
         except Exception as exc:  # never let one request's surprise reach the receiver thread
@@ -168,10 +183,14 @@ class IngestPipeline:
             if self._inflight == 0:
                 self._idle.notify_all()
 
-    def _restart_executor(self) -> None:
+    def _restart_executor(self, broken: Executor) -> None:
+        # Every request in flight on a broken pool fails at once; only the first replaces it, so the
+        # others do not shut down (and cancel the work on) the pool that replaced it.
         with self._lock:
-            old, self._executor = self._executor, self._new_executor()
-        old.shutdown(wait=False, cancel_futures=True)
+            if self._executor is not broken:
+                return
+            self._executor = self._new_executor()
+        broken.shutdown(wait=False, cancel_futures=True)
 
     def close(self, timeout: float | None = None) -> None:
         """Refuse new requests, wait until every admitted one has been written, stop the decoders."""

@@ -122,16 +122,21 @@ def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.Data
     ratio = pl.col("cache_hit_ratio")
     saturation = pl.col("queue_depth") / pl.when(pl.col("replica_count") > 0).then(pl.col("replica_count"))
     prompt = pl.col("input_tokens")
+    # Buckets as enums (a byte a request) and the reason a request is bad as a code: over a day of
+    # requests, string columns for these were most of the clustering step's memory.
     reqs = reqs.with_columns(
-        cache_bucket=pl.when(ratio > 0.85).then(pl.lit("high")).when(ratio >= 0.55).then(pl.lit("medium"))
-        .when(ratio.is_not_null()).then(pl.lit("low")),
-        saturation_bucket=pl.when(saturation < 2).then(pl.lit("idle")).when(saturation < 8).then(pl.lit("warm"))
-        .when(saturation < 16).then(pl.lit("saturating")).when(saturation.is_not_null()).then(pl.lit("scaling")),
-        prompt_bucket=pl.when(prompt < 8192).then(pl.lit("0-8k")).when(prompt < 32768).then(pl.lit("8k-32k"))
-        .when(prompt < 65536).then(pl.lit("32k-64k")).when(prompt.is_not_null()).then(pl.lit("64k+")),
+        cache_bucket=pl.when(ratio > 0.85).then(_lit("high", CACHE)).when(ratio >= 0.55).then(_lit("medium", CACHE))
+        .when(ratio.is_not_null()).then(_lit("low", CACHE)),
+        saturation_bucket=pl.when(saturation < 2).then(_lit("idle", SATURATION))
+        .when(saturation < 8).then(_lit("warm", SATURATION)).when(saturation < 16).then(_lit("saturating", SATURATION))
+        .when(saturation.is_not_null()).then(_lit("scaling", SATURATION)),
+        prompt_bucket=pl.when(prompt < 8192).then(_lit("0-8k", PROMPT))
+        .when(prompt < 32768).then(_lit("8k-32k", PROMPT))
+        .when(prompt < 65536).then(_lit("32k-64k", PROMPT))
+        .when(prompt.is_not_null()).then(_lit("64k+", PROMPT)),
         # token_latency's prefill_burst line: a batch with more prefill than this stalls its decodes.
-        batch_prefill=pl.when(pl.col("prefill_tokens_in_batch") > 4000).then(pl.lit("4k+"))
-        .when(pl.col("prefill_tokens_in_batch").is_not_null()).then(pl.lit("<=4k")),
+        batch_prefill=pl.when(pl.col("prefill_tokens_in_batch") > 4000).then(_lit("4k+", PREFILL))
+        .when(pl.col("prefill_tokens_in_batch").is_not_null()).then(_lit("<=4k", PREFILL)),
     )  # fmt: skip
     labels = frames["labels"].select(key, pl.col("pattern").cast(pl.String).alias("traffic_pattern"))
     low = (
@@ -153,15 +158,46 @@ def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.Data
     slow_decode = pl.col("tpot_ms") > pl.col("tpot_ms").quantile(0.99, "linear")
     slow = pl.col("e2e_ms") > pl.col("e2e_ms").quantile(0.99, "linear")
     in_alert = _alert_members(frames["alerts"], reqs, config.max_share) if config.alert_groups_bad else pl.lit(False)
-    reason = (
-        pl.when(errors).then(pl.lit("error"))
-        .when(pl.col("low_score").is_not_null())
-        .then(pl.concat_str(pl.col("low_score"), pl.lit(f" below {config.score_floor:g}")))
-        .when(slow_decode.fill_null(False)).then(pl.lit("tpot above the window p99"))
-        .when(slow.fill_null(False)).then(pl.lit("latency above the window p99"))
-        .when(in_alert).then(pl.lit("in a firing alert's group"))
+    code = (
+        pl.when(errors).then(_code(ERROR))
+        .when(pl.col("low_score").is_not_null()).then(_code(LOW_SCORE))
+        .when(slow_decode.fill_null(False)).then(_code(SLOW_DECODE))
+        .when(slow.fill_null(False)).then(_code(SLOW))
+        .when(in_alert).then(_code(IN_ALERT))
     )  # fmt: skip
-    return reqs.with_columns(bad_reason=reason).with_columns(bad=pl.col("bad_reason").is_not_null())
+    return reqs.with_columns(bad_reason=code).with_columns(bad=pl.col("bad_reason").is_not_null())
+
+
+# Why a request is bad, first match wins; `bad_reason` holds the index, the text is built for the
+# few bad requests of a reported cluster only.
+ERROR, LOW_SCORE, SLOW_DECODE, SLOW, IN_ALERT = range(5)
+_REASONS = {
+    ERROR: "error",
+    SLOW_DECODE: "tpot above the window p99",
+    SLOW: "latency above the window p99",
+    IN_ALERT: "in a firing alert's group",
+}
+CACHE = pl.Enum(["high", "medium", "low"])
+SATURATION = pl.Enum(["idle", "warm", "saturating", "scaling"])
+PROMPT = pl.Enum(["0-8k", "8k-32k", "32k-64k", "64k+"])
+PREFILL = pl.Enum(["<=4k", "4k+"])
+
+
+def _lit(value: str, dtype: pl.Enum) -> pl.Expr:
+    return pl.lit(value, dtype=dtype)
+
+
+def _code(reason: int) -> pl.Expr:
+    return pl.lit(reason, dtype=pl.UInt8)
+
+
+def _reason(bad: pl.DataFrame, config: Config) -> str:
+    """The most common reason among bad requests (ties: the first in text order)."""
+    texts = [
+        f"{low} below {config.score_floor:g}" if code == LOW_SCORE else _REASONS[code]
+        for code, low in bad.select("bad_reason", "low_score").iter_rows()
+    ]
+    return str(pl.Series(texts, dtype=pl.String).mode().sort().first())
 
 
 def _alert_members(alerts: pl.DataFrame, reqs: pl.DataFrame, max_share: float) -> pl.Expr:
@@ -283,11 +319,10 @@ def _row(
     *, alerts: list[tuple[str, dict[str, str]]],
 ) -> dict[str, Any]:  # fmt: skip
     signature: dict[str, str] = cluster["signature"]
-    members = table
-    for dim, value in signature.items():
-        members = members.filter(pl.col(dim).cast(pl.String) == value)
-    bad = members.filter(pl.col("bad"))
-    reason = str(bad["bad_reason"].mode().sort().first()) if bad.height else "no bad requests"
+    member = pl.all_horizontal(pl.col(dim).cast(pl.String) == value for dim, value in signature.items())
+    # Only the bad members' few columns are taken out of the window's table, not a copy of the group.
+    bad = table.filter(member & pl.col("bad")).select("trace_id", "bad_reason", "low_score")
+    reason = _reason(bad, config) if bad.height else "no bad requests"
     examples = bad.sort("trace_id")["trace_id"].unique(maintain_order=True).head(config.examples).to_list()
     group = ", ".join(f"{k}={v}" for k, v in signature.items())
     summary = (

@@ -21,11 +21,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_cr
 from detectors.detection import DetectionPass
 from storage import export
 from storage.ports import AlertQueries, AnalystSQL, QueryError
-from tailwatch import results
+from tailwatch import openapi, results
 
 log = logging.getLogger("tailwatch.api")
-# Probes must answer without credentials: an orchestrator has none.
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# Probes must answer without credentials: an orchestrator has none. The API's description holds no data and
+# is what a client reads before it has a token.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", openapi.PATH})
 ANALYST_NICE = 10
 
 # The *_created series double the exposition for no use on a long-running service.
@@ -138,6 +139,13 @@ def api_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    # This server's own routes and auth, encoded once.
+    description = json.dumps(openapi.document(sql=sql is not None, auth=bool(token), open_paths=OPEN_PATHS)).encode()
+
+    async def openapi_json(_: web.Request) -> web.Response:
+        return web.Response(body=description, content_type="application/json")
+
+    app.router.add_get(openapi.PATH, openapi_json)
     return app
 
 

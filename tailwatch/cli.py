@@ -247,21 +247,25 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(settings: Settings) -> int:
     from tailwatch.service import Service  # imported here so `tailwatch --help` stays fast
 
-    async def run() -> None:
+    async def run() -> int:
         service = Service(settings)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await service.start()
+            try:
+                await service.start()
+            except OSError as exc:  # a port in use or an address this machine does not have
+                print(f"tailwatch: cannot start: {exc}", file=sys.stderr)
+                return 3
             await stop.wait()
             log.info("stopping: no new requests; flushing what is queued")
         finally:
             await service.shutdown()
+        return 0
 
-    asyncio.run(run())
-    return 0
+    return asyncio.run(run())
 
 
 def _migrate(settings: Settings) -> int:

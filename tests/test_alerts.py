@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from detectors.alerts import evaluate, fingerprint
+from detectors.alerts import Alert, Evaluation, evaluate, fingerprint
 from detectors.base import Condition, Severity, Window
 
 T0 = datetime(2026, 11, 20, 12, 0)
@@ -15,7 +16,13 @@ def cond(tenant: str = "smallco", value: float = 2.0, severity: Severity | None 
     return Condition({"tenant_id": tenant}, value, 1.5, f"tenant {tenant} is slow", severity)
 
 
-def run(conditions, firing=None, breaches=None, for_evaluations=1, at=T0):
+def run(
+    conditions: list[Condition],
+    firing: Mapping[str, Alert] | None = None,
+    breaches: Mapping[str, int] | None = None,
+    for_evaluations: int = 1,
+    at: datetime = T0,
+) -> Evaluation:
     return evaluate(
         "tenant_fairness",
         conditions,
@@ -43,6 +50,23 @@ def test_first_breach_fires_and_a_second_breach_refreshes_the_same_alert() -> No
     assert second.fired == [] and len(second.updated) == 1
     assert second.updated[0].alert_id == alert.alert_id
     assert second.updated[0].value == 3.0 and second.updated[0].started_at == T0
+
+
+def test_a_refreshed_alert_takes_the_severity_and_threshold_of_the_condition_that_still_holds() -> None:
+    """A detector may escalate a group (warning to critical) or run with a changed threshold; the alert says so."""
+    alert = run([cond(value=2.0)]).fired[0]
+    assert (alert.severity, alert.threshold) == ("warning", 1.5)
+    later = T0 + timedelta(minutes=5)
+    worse = Condition({"tenant_id": "smallco"}, 4.0, 3.0, "tenant smallco is very slow", Severity.CRITICAL)
+    [updated] = run([worse], firing={alert.fingerprint: alert}, at=later).updated
+    assert updated.alert_id == alert.alert_id
+    assert (updated.severity, updated.threshold, updated.value, updated.summary) == (
+        "critical",
+        3.0,
+        4.0,
+        "tenant smallco is very slow",
+    )
+    assert (updated.started_at, updated.updated_at) == (T0, later)
 
 
 def test_hold_down_waits_for_consecutive_breaches() -> None:

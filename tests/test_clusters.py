@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import polars as pl
+import pytest
 
-from detectors.base import Window
+from detectors.base import Detection, Window
 from detectors.clusters import FIXES, Config, detect, find_clusters, suggested_fix
 
 WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
+# A fault takes a healthy request and its json_adherence score and returns them, perhaps changed.
+Fault = Callable[[dict[str, Any], float, random.Random], tuple[dict[str, Any], float]]
 
 
-def window(n: int = 2000, seed: int = 1, fault=None):
+def window(n: int = 2000, seed: int = 1, fault: Fault | None = None) -> dict[str, pl.DataFrame]:
     """A healthy window of `n` requests; `fault(row, rng)` may lower scores or raise latency of some."""
     rng = random.Random(seed)
     rows, scores = [], []
@@ -42,17 +47,17 @@ def window(n: int = 2000, seed: int = 1, fault=None):
     }
 
 
-def drifted_replica(row, score, rng):
+def drifted_replica(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
     return row, (min(1.0, rng.gauss(0.82, 0.03)) if row["replica_id"] == "r3" else score)
 
 
-def long_context(row, score, rng):
+def long_context(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
     if rng.random() < 0.15:
         return {**row, "input_tokens": rng.randint(70_000, 120_000)}, min(1.0, rng.gauss(0.74, 0.03))
     return row, score
 
 
-def signatures(out) -> list[dict[str, str]]:
+def signatures(out: Detection) -> list[dict[str, str]]:
     return [json.loads(s) for s in out.figures["signature"].to_list()]
 
 
@@ -68,7 +73,7 @@ def test_a_replica_with_a_six_point_json_drop_is_the_top_cluster_with_its_fix() 
 
 
 def test_two_causes_planted_at_once_are_two_separate_clusters() -> None:
-    def both(row, score, rng):
+    def both(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
         row, score = drifted_replica(row, score, rng)
         return long_context(row, score, rng)
 
@@ -84,7 +89,7 @@ def test_a_clean_window_has_no_cluster_above_the_reporting_threshold() -> None:
 
 def test_a_pair_is_kept_only_when_it_is_more_specific_than_both_halves() -> None:
     # Bad only where replica r1 serves tenant globex: neither half alone explains it.
-    def pair(row, score, rng):
+    def pair(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
         bad = row["replica_id"] == "r1" and row["tenant_id"] == "globex"
         return row, (0.5 if bad else score)
 
@@ -96,7 +101,7 @@ def test_a_pair_is_kept_only_when_it_is_more_specific_than_both_halves() -> None
 
 
 def test_errors_and_slow_requests_count_as_bad() -> None:
-    def errors_on_r2(row, score, rng):
+    def errors_on_r2(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
         return ({**row, "status_code": "ERROR"} if row["replica_id"] == "r2" and rng.random() < 0.3 else row), score
 
     out = detect(window(fault=errors_on_r2), Config(), WINDOW)
@@ -118,7 +123,7 @@ def test_members_of_a_firing_alert_group_are_bad_and_the_cluster_links_to_its_de
 def test_a_firing_bucket_alert_marks_its_bucket_bad_and_the_cluster_links_to_that_detector() -> None:
     """cache_curve and saturation alerts name a bucket, not a column: `bucket` maps to their bucket dimension."""
 
-    def some_evicted(row, score, rng):
+    def some_evicted(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
         return ({**row, "cache_hit_ratio": rng.uniform(0.2, 0.5)} if rng.random() < 0.1 else row), score
 
     frames = window(fault=some_evicted)
@@ -129,6 +134,47 @@ def test_a_firing_bucket_alert_marks_its_bucket_bad_and_the_cluster_links_to_tha
     assert json.loads(top["signature"]) == {"cache_bucket": "low"}
     assert (top["detector"], top["bad_reason"]) == ("cache_curve", "in a firing alert's group")
     assert top["suggested_fix"] == FIXES["cache_bucket"]
+
+
+def evicted(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+    """Most requests miss half the cache (medium); the 15% served almost wholly from it answer worse."""
+    if rng.random() < 0.15:
+        return {**row, "cache_hit_ratio": rng.uniform(0.9, 0.99)}, min(1.0, rng.gauss(0.7, 0.03))
+    return {**row, "cache_hit_ratio": rng.uniform(0.6, 0.8)}, score
+
+
+def queued(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+    """15% of requests arrive behind 40 queued on 4 replicas: 10 per replica, saturating (not 40, scaling)."""
+    if rng.random() < 0.15:
+        return {**row, "queue_depth": 40, "replica_count": 4}, min(1.0, rng.gauss(0.7, 0.03))
+    return row, score
+
+
+@pytest.mark.parametrize(
+    ("fault", "signature"),
+    [(evicted, {"cache_bucket": "high"}), (queued, {"saturation_bucket": "saturating"})],
+    ids=["high-cache-bucket", "saturation-per-replica"],
+)
+def test_bad_requests_in_one_derived_bucket_are_the_top_cluster_under_that_buckets_name(
+    fault: Fault, signature: dict[str, str]
+) -> None:
+    assert signatures(detect(window(fault=fault), Config(), WINDOW))[:1] == [signature]
+
+
+def test_clusters_of_equal_score_are_ranked_by_signature() -> None:
+    """Tenant t1 and replica r1 hold 20 requests each, 10 of them bad: the same score, so the signature decides
+    (replica_id sorts before tenant_id, though tenant_id is the dimension searched first)."""
+    n = 100
+    table = pl.DataFrame(
+        {
+            "tenant_id": ["t1" if i < 20 else "t0" for i in range(n)],
+            "replica_id": ["r1" if 20 <= i < 40 else "r0" for i in range(n)],
+            "bad": [i < 10 or 20 <= i < 30 for i in range(n)],
+        }
+    )
+    found = find_clusters(table, ["tenant_id", "replica_id"], Config())
+    assert [c["signature"] for c in found] == [{"replica_id": "r1"}, {"tenant_id": "t1"}]
+    assert found[0]["score"] == found[1]["score"] == pytest.approx(0.375)
 
 
 def test_the_fix_follows_the_most_actionable_dimension() -> None:

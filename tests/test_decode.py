@@ -6,12 +6,14 @@ import base64
 import json
 
 import pytest
-from builders import T0, request, span
+from builders import T0, kvs, request, span
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from collector.decode import Encoding, decode_traces
+from collector.decode import Encoding, decode_logs, decode_traces
 from collector.errors import MalformedPayload
-from collector.reasons import SpanRejectReason
+from collector.reasons import LogRejectReason, SpanRejectReason
 
 
 def decode(req_bytes: bytes, encoding: Encoding = Encoding.PROTOBUF):
@@ -151,3 +153,73 @@ def test_otlp_json_wrong_length_id_is_a_span_rejection_not_a_malformed_request()
 def test_malformed_json_raises_with_the_reason(body: bytes, match: str) -> None:
     with pytest.raises(MalformedPayload, match=match):
         decode(body, Encoding.JSON)
+
+
+def test_the_partial_success_message_gives_each_ids_expected_and_received_bits() -> None:
+    out = decode(request([span(trace_id=b"\x01" * 8), span(span_id=b"\x01" * 4), span()]).SerializeToString())
+    assert out.rejections.message() == (
+        "rejected 2 span(s): 1 invalid_span_id (span ids must be 64 bit, received 32 bits); "
+        "1 invalid_trace_id (trace ids must be 128 bit, received 64 bits)"
+    )
+
+
+def test_span_events_are_stored_as_json_with_name_time_and_attributes() -> None:
+    s = span()
+    event = s.events.add(name="gen_ai.content.completion", time_unix_nano=T0 + 5)
+    event.attributes.extend(kvs({"gen_ai.completion": "hi", "n": 2}))
+    s.events.add(name="bare", time_unix_nano=T0 + 7)
+    row = decode(request([s]).SerializeToString()).spans.to_pylist()[0]
+    assert json.loads(row["events"]) == [
+        {
+            "name": "gen_ai.content.completion",
+            "time_unix_nano": T0 + 5,
+            "attributes": {"gen_ai.completion": "hi", "n": 2},
+        },
+        {"name": "bare", "time_unix_nano": T0 + 7, "attributes": {}},
+    ]
+
+
+TRACE = bytes(range(1, 17))
+SPAN = bytes(range(1, 9))
+
+
+def evaluation(name: str, value: float, *, trace_id: bytes = TRACE, span_id: bytes = SPAN) -> LogRecord:
+    record = LogRecord(time_unix_nano=T0, event_name="gen_ai.evaluation.result", trace_id=trace_id, span_id=span_id)
+    record.attributes.extend(kvs({"gen_ai.evaluation.name": name, "gen_ai.evaluation.score.value": value}))
+    return record
+
+
+def logs_request(*records: LogRecord) -> bytes:
+    req = ExportLogsServiceRequest()
+    req.resource_logs.add().scope_logs.add().log_records.extend(records)
+    return req.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "context",
+    [{"trace_id": bytes(16)}, {"trace_id": TRACE[:8]}, {"span_id": bytes(8)}, {"span_id": SPAN[:4]}, {"trace_id": b""}],
+    ids=["zero-trace-id", "short-trace-id", "zero-span-id", "short-span-id", "no-trace-id"],
+)
+def test_an_evaluation_log_record_without_a_valid_span_context_is_rejected(context: dict[str, bytes]) -> None:
+    out = decode_logs(logs_request(evaluation("relevance", 0.5, **context)), Encoding.PROTOBUF)
+    assert out.scores.num_rows == 0
+    assert dict(out.rejections.counts) == {LogRejectReason.MISSING_SPAN_CONTEXT: 1}
+
+
+def test_a_rejected_log_record_does_not_stop_the_records_after_it_in_its_scope() -> None:
+    ordinary = LogRecord(time_unix_nano=T0)
+    ordinary.body.string_value = "an ordinary log line"
+    payload = logs_request(
+        evaluation("relevance", 0.1, trace_id=bytes(16)),
+        evaluation("toxicity", 0.2),
+        ordinary,
+        evaluation("groundedness", 0.3, span_id=b""),
+        evaluation("coherence", 0.4),
+    )
+    out = decode_logs(payload, Encoding.PROTOBUF)
+    assert [(r["name"], r["score"], r["span_id"]) for r in out.scores.to_pylist()] == [
+        ("toxicity", 0.2, SPAN.hex()),
+        ("coherence", 0.4, SPAN.hex()),
+    ]
+    assert dict(out.rejections.counts) == {LogRejectReason.MISSING_SPAN_CONTEXT: 2}
+    assert (out.ignored, out.items, out.received) == (1, 3, 5)

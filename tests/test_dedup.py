@@ -3,7 +3,9 @@ after a restart (from the newest stored span, not from the clock)."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -13,6 +15,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry
+from waiting import HANG_GUARD, join, wait_until
 
 from collector.model import SPAN_BATCH_SCHEMA
 from storage.dedup import RecentSpans, span_keys
@@ -319,3 +322,66 @@ def test_a_failing_writer_job_is_rolled_back_answers_with_its_error_and_the_writ
             writer.submit(insert_then_fail).result(timeout=TIMEOUT)
         assert write(writer, spans("b")) == WriteResult(inserted=1, duplicates=0)
     assert stored(db) == {"span-a": 1, "span-b": 1}
+
+
+# --- closing, and the ingest time ------------------------------------------------------------------------
+
+
+def test_close_with_a_timeout_returns_while_the_writer_is_busy_and_what_was_queued_still_commits(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "close.duckdb"
+    with writer_on(db, Clock(T)) as writer:
+        running, gate = threading.Event(), threading.Event()
+
+        def hold(_con: duckdb.DuckDBPyConnection) -> bool:
+            running.set()
+            return gate.wait(2 * HANG_GUARD)  # outlasts every wait below
+
+        held = writer.submit(hold)
+        wait_until(running.is_set, "the writer to start the holding job")
+        queued = writer.try_submit(spans("a"))
+        assert queued is not None
+        closer = threading.Thread(target=writer.close, kwargs={"timeout": 0.05})
+        closer.start()
+        try:
+            join(closer, "close(timeout=0.05) to return while the writer is still held")
+            assert not held.done(), "the writer hold ended before close could be tried"
+            assert not queued.done()
+            assert writer.try_submit(spans("b")) is None  # closing: no new work
+        finally:
+            gate.set()
+        assert held.result(timeout=TIMEOUT) is True
+        # Closing stopped intake, not the writer: what was queued before it is still committed.
+        assert queued.result(timeout=TIMEOUT) == WriteResult(inserted=1, duplicates=0)
+    assert stored(db) == {"span-a": 1}
+
+
+@contextmanager
+def local_time_zone(tz: str) -> Iterator[None]:
+    """The process's local time zone (TZ) set to `tz` for the block, then restored."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = tz
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def test_ingested_at_is_utc_when_the_machines_time_zone_is_not(tmp_path: Path) -> None:
+    db = tmp_path / "tz.duckdb"
+    # A POSIX rule, so no tz database is needed: five and a half hours east of UTC.
+    with local_time_zone("TWX-5:30"):
+        assert datetime.fromtimestamp(T) == datetime(2026, 11, 18, 16, 36, 40)  # local time, for contrast
+        with writer_on(db, Clock(T)) as writer:
+            write(writer, spans("a"))
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.execute("SELECT ingested_at FROM spans").fetchall() == [(datetime(2026, 11, 18, 11, 6, 40),)]
+    finally:
+        con.close()

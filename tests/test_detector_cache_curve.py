@@ -184,6 +184,27 @@ def test_a_bucket_or_a_reference_below_min_samples_stays_silent() -> None:
     assert run([high, low], [high_scores, scored(low.head(10), "json_adherence", 0.3)]).conditions == []
 
 
+def test_a_high_bucket_below_min_samples_requests_stays_silent_however_many_scores_it_has() -> None:
+    """Scores of a name can outnumber requests (a request scored twice): the request floor still holds."""
+    low = bucket("low", 200)
+    low_scores = scored(low, "json_adherence", 0.5)
+    for n, fires in [(29, False), (30, True)]:
+        high = bucket("high", n)
+        twice = [scored(high, "json_adherence", 0.9, seed=1), scored(high, "json_adherence", 0.9, seed=2)]
+        out = run([high, low], [*twice, low_scores])
+        assert out.figures.filter(pl.col("bucket") == "high").select("n", "score_n").row(0) == (n, 2 * n)
+        assert [c.labels for c in out.conditions] == ([{"bucket": "low", "signal": "json_adherence"}] if fires else [])
+
+
+def test_a_score_drop_of_exactly_score_drop_fires_and_a_larger_threshold_stays_silent() -> None:
+    """'At least score_drop below': 0.75 and 0.50 are exact in binary, so the drop is exactly 0.25."""
+    high, low = bucket("high", 100), bucket("low", 100)
+    scores = [scored(high, "json_adherence", 0.75, noise=0.0), scored(low, "json_adherence", 0.5, noise=0.0)]
+    assert run([high, low], scores, config=Config(score_drop=0.26)).conditions == []
+    [condition] = run([high, low], scores, config=Config(score_drop=0.25)).conditions
+    assert (condition.labels, condition.value) == ({"bucket": "low", "signal": "json_adherence"}, 0.25)
+
+
 def test_figures_are_long_with_one_bare_row_for_an_unscored_bucket() -> None:
     high, medium, low = bucket("high", 100), bucket("medium", 80), bucket("low", 60)
     scores = [

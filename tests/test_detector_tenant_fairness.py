@@ -156,6 +156,23 @@ def test_jain_index_is_taken_over_each_tenants_speed_not_its_latency() -> None:
     assert out.figures["jain_index"].to_list() == pytest.approx([9 / 11] * 3)
 
 
+def test_sub_millisecond_tenants_have_a_place_in_jain_and_only_a_zero_p99_is_left_out() -> None:
+    """Cached or rejected-early traffic can answer in under a millisecond: still a finite speed."""
+    out = run(
+        tenant("a", spread(0.2, 0.4, 50)),
+        tenant("b", spread(0.5, 0.9, 50)),
+        tenant("zero", [0.0] * 50),
+    )
+    rows = {r["tenant_id"]: r for r in out.figures.iter_rows(named=True)}
+    assert rows["zero"]["latency_p99"] == 0.0
+    assert 0 < rows["a"]["latency_p99"] < rows["b"]["latency_p99"] < 1
+    aggregate = rows["a"]["aggregate_p99"]
+    speeds = [aggregate / rows[t]["latency_p99"] for t in ("a", "b")]
+    expected = sum(speeds) ** 2 / (2 * sum(x * x for x in speeds))
+    assert out.figures["jain_index"].to_list() == pytest.approx([expected] * 3)
+    assert expected < 0.99
+
+
 def test_untagged_requests_are_their_own_group_and_alert_without_a_tenant_label() -> None:
     big, _ = burst()
     out = run(big, tenant(None, spread(2500, 3500, 25)))

@@ -51,7 +51,7 @@ def stream(
     prefix: str,
     depth: Callable[[float], int | None] = lambda t: None,
     replica_count: int | None = None,
-    deployment: str = "vllm-a",
+    deployment: str | None = "vllm-a",
     e2e: tuple[float, float] = (500.0, 3000.0),
 ) -> pl.DataFrame:
     """Poisson arrivals at `rate`/s between `start` and `stop` seconds after the window start."""
@@ -115,11 +115,20 @@ def arrival_seconds(requests: pl.DataFrame, out: Detection) -> pl.DataFrame:
     return request_labels(requests, out)
 
 
-def spiked(seed: int = 1, spike_e2e: tuple[float, float] = (500.0, 3000.0)) -> pl.DataFrame:
+def spiked(
+    seed: int = 1, spike_e2e: tuple[float, float] = (500.0, 3000.0), deployment: str | None = "vllm-a"
+) -> pl.DataFrame:
     """10 arrivals/s throughout, 100/s for the 20 seconds of SPIKE."""
-    steady = stream(10, -120, 300, seed=seed, prefix="steady-")
-    spike = stream(90, *SPIKE, seed=seed + 1, prefix="spike-", e2e=spike_e2e)
+    steady = stream(10, -120, 300, seed=seed, prefix="steady-", deployment=deployment)
+    spike = stream(90, *SPIKE, seed=seed + 1, prefix="spike-", e2e=spike_e2e, deployment=deployment)
     return fetched(steady, spike)
+
+
+def ending_at_the_window_end(n: int, arrival: timedelta) -> pl.DataFrame:
+    """n requests that arrive `arrival` before the window end and end exactly at it: the next window's."""
+    start, ms = WINDOW.end - arrival, arrival.total_seconds() * 1000
+    rows = [(next(KEYS), start, WINDOW.end, "vllm-a", ms, 20.0, None, None, f"end-{i}") for i in range(n)]
+    return pl.DataFrame(rows, schema=BUILT_SCHEMA, orient="row")
 
 
 def test_a_steady_stream_is_all_steady_and_silent_up_to_the_window_edges() -> None:
@@ -209,6 +218,40 @@ def test_queue_depth_spikes_label_burst_through_the_queue_depth_signal() -> None
     assert far["pattern"].unique().to_list() == ["steady"]
 
 
+def test_a_request_ending_exactly_at_the_window_end_is_left_to_the_next_window() -> None:
+    """The window is half-open on end_time: neither labelled nor counted, whatever the frames hand over."""
+    requests = fetched(stream(10, -120, 300, seed=11, prefix="r"))
+    inside = requests.filter(pl.col("end_time") >= WINDOW.start).height
+    out = run(pl.concat([requests, ending_at_the_window_end(5, timedelta(seconds=2))]))
+    assert labels(out)["requests"].sum() == inside == out.figures["n"].sum()
+
+
+def test_arrivals_at_the_window_end_count_in_the_neighbourhood_of_the_windows_last_requests() -> None:
+    """A hundred zero-length requests at the very end are not the window's, but the minute around each of
+    the last half-minute's arrivals reaches them: those arrivals were in a burst."""
+    requests = fetched(stream(10, -120, 300, seed=12, prefix="r"))
+    end_burst = ending_at_the_window_end(100, timedelta(0))
+    timed = arrival_seconds(requests, run(pl.concat([requests, end_burst])))
+    assert "end-0" not in timed["trace_id"].to_list()
+    last = timed.filter(pl.col("t") >= 270)
+    assert last.height > 200
+    assert last["pattern"].unique().to_list() == ["burst"]
+    assert timed.filter(pl.col("t") < 269)["pattern"].unique().to_list() == ["steady"]
+
+
+def test_requests_without_a_deployment_are_labelled_from_their_own_arrivals() -> None:
+    """NULL is a deployment of its own (untagged traffic), not a key that matches no neighbourhood."""
+    requests = spiked(deployment=None)
+    out = run(requests)
+    assert labels(out)["deployment"].null_count() == labels(out).height
+    timed = arrival_seconds(requests, out)
+    during = timed.filter(pl.col("t").is_between(*SPIKE, closed="left"))
+    assert during.height > 1500
+    assert during["pattern"].unique().to_list() == ["burst"]
+    far = timed.filter((pl.col("t") < SPIKE[0] - 31) | (pl.col("t") >= SPIKE[1] + 31))
+    assert far["pattern"].unique().to_list() == ["steady"]
+
+
 def test_high_constant_load_against_few_replicas_is_sustained() -> None:
     def pattern_of(requests: pl.DataFrame) -> list[str]:
         return labels(run(fetched(requests)))["pattern"].unique().to_list()
@@ -264,12 +307,32 @@ def test_a_score_drop_of_exactly_the_threshold_fires_and_a_smaller_one_does_not(
         in_burst = pl.col("trace_id").is_in(burst)
         return scores_for(requests, lambda _: 0.0).with_columns(score=pl.when(in_burst).then(bursty).otherwise(steady))
 
-    # 0.90 - 0.80 comes out a hair under 0.10 in floating point; the summary shows 0.10, so it must fire.
-    [condition] = run(requests, exact(0.90, 0.80)).conditions
+    # 0.75 and 0.50 and their means are exact in binary: the drop is exactly 0.25, on the threshold.
+    at_threshold = Config(score_drop=0.25)
+    [condition] = run(requests, exact(0.75, 0.50), at_threshold).conditions
     assert condition.labels == {"pattern": "burst", "signal": "json_adherence"}
-    assert condition.value < 0.10
-    assert "(−0.10)" in condition.summary
-    assert run(requests, exact(0.90, 0.81)).conditions == []
+    assert condition.value == 0.25
+    assert "(−0.25)" in condition.summary
+    assert run(requests, exact(0.75, 0.51), at_threshold).conditions == []
+
+
+def test_a_score_gap_with_fewer_than_min_samples_scores_on_either_side_stays_silent() -> None:
+    """Both patterns have hundreds of requests; the scores of the name are what is thin."""
+    requests = spiked()
+    patterns = request_labels(requests, run(requests))
+    burst = patterns.filter(pl.col("pattern") == "burst")["trace_id"].to_list()
+    steady = patterns.filter(pl.col("pattern") == "steady")["trace_id"].to_list()
+    assert len(burst) > 1500 and len(steady) > 1500
+
+    def scored(burst_scored: int, steady_scored: int) -> pl.DataFrame:
+        low = set(burst[:burst_scored])
+        picked = requests.filter(pl.col("trace_id").is_in([*low, *steady[:steady_scored]]))
+        return scores_for(picked, lambda i: 0.50 if i in low else 0.85)
+
+    assert run(requests, scored(29, 500)).conditions == []
+    assert run(requests, scored(500, 29)).conditions == []
+    [condition] = run(requests, scored(30, 30)).conditions
+    assert condition.labels == {"pattern": "burst", "signal": "json_adherence"}
 
 
 def test_burst_latency_at_twice_steady_fires_on_latency_p99() -> None:

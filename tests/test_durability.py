@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -12,8 +17,17 @@ import grpc
 import pytest
 from builders import request, span
 from conftest import RunningService, service_settings
+from prometheus_client import CollectorRegistry
 from serverproc import ServerProcess
 from waiting import HANG_GUARD, wait_until
+
+from collector.decode import Encoding, Signal
+from collector.errors import STATUS, Unavailable
+from collector.metrics import IngestMetrics
+from collector.pipeline import ExportResult, IngestPipeline
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
+from storage.duckdb.writer import Writer
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -179,3 +193,99 @@ def describe(error: BaseException | None) -> str:
     if isinstance(error, grpc.RpcError):
         return f"{error.code().name}: {error.details()}"
     return repr(error)
+
+
+# --- the ingest pipeline on its own: a dying decoder, and requests after close ---------------------------
+
+
+@contextmanager
+def pipeline_on(db: Path, registry: CollectorRegistry, decode_workers: int) -> Iterator[IngestPipeline]:
+    """An ingest pipeline storing through a real writer into a migrated database file; all closed on exit."""
+    con = open_database(db)
+    migrate.upgrade(con)
+    writer = Writer(con, max_queued_spans=10_000, dedup_window_seconds=300, dedup_max_spans=100_000)
+    writer.start()
+    pipeline = IngestPipeline(writer, IngestMetrics(registry), decode_workers=decode_workers, max_inflight_bytes=2**20)
+    try:
+        yield pipeline
+    finally:
+        pipeline.close(HANG_GUARD)
+        writer.close(HANG_GUARD)
+        con.close()
+
+
+def requests_counted(registry: CollectorRegistry, transport: str, signal_: str, outcome: str) -> float:
+    value = registry.get_sample_value(
+        "tailwatch_export_requests_total", {"transport": transport, "signal": signal_, "outcome": outcome}
+    )
+    return 0.0 if value is None else value
+
+
+def test_a_decoder_process_dying_mid_request_is_a_retryable_refusal_and_the_retry_is_stored(tmp_path: Path) -> None:
+    db = tmp_path / "decoder.duckdb"
+    registry = CollectorRegistry()
+    payload = request([span() for _ in range(3)]).SerializeToString()
+    with pipeline_on(db, registry, decode_workers=1) as pipeline:
+        before = {p.pid for p in multiprocessing.active_children()}
+        pipeline.warm_up()
+        [worker] = [p for p in multiprocessing.active_children() if p.pid not in before]
+        assert worker.pid is not None
+        # Stopped, the worker cannot take the request; killed, it dies with the request handed to it.
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            answer = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+        finally:
+            os.kill(worker.pid, signal.SIGKILL)  # never leave a stopped worker behind: closing would wait for it
+        wait_until(answer.done, "the request to be answered after its decoder process died")
+        error = answer.exception()
+        assert isinstance(error, Unavailable), error
+        assert error.message == "a decoder process died; retry"
+        assert STATUS[error.refusal].retryable
+        assert requests_counted(registry, "grpc", "traces", "unavailable") == 1
+        # The decoders were restarted: the client's retry goes through and is stored.
+        retry = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+        wait_until(retry.done, "the retried request to be answered")
+        assert retry.result() == ExportResult(accepted=3, rejected=0, message="")
+    assert len(stored_span_ids(db)) == 3
+
+
+def test_a_decoder_process_that_died_while_idle_is_replaced_and_the_next_request_is_stored(tmp_path: Path) -> None:
+    db = tmp_path / "idle.duckdb"
+    registry = CollectorRegistry()
+    payload = request([span() for _ in range(3)]).SerializeToString()
+    with pipeline_on(db, registry, decode_workers=1) as pipeline:
+        before = {p.pid for p in multiprocessing.active_children()}
+        pipeline.warm_up()
+        [worker] = [p for p in multiprocessing.active_children() if p.pid not in before]
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(HANG_GUARD)
+        # Wait for the pool to mark itself broken, so submitting is what fails (not a decode in flight).
+        wait_until(lambda: pipeline._executor._broken, "the decoder pool to notice its worker died")  # type: ignore[attr-defined]
+        first = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+        wait_until(first.done, "the first request after the death to be answered")
+        error = first.exception()
+        assert isinstance(error, Unavailable), error
+        assert STATUS[error.refusal].retryable
+        retry = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+        wait_until(retry.done, "the retried request to be answered")
+        assert retry.result() == ExportResult(accepted=3, rejected=0, message="")
+    assert len(stored_span_ids(db)) == 3
+
+
+@pytest.mark.parametrize("signal_", [Signal.TRACES, Signal.LOGS])
+def test_a_request_after_the_pipeline_closed_is_refused_as_retryable_and_counted(
+    tmp_path: Path, signal_: Signal
+) -> None:
+    registry = CollectorRegistry()
+    payload = request([span()]).SerializeToString() if signal_ is Signal.TRACES else b""
+    with pipeline_on(tmp_path / "closed.duckdb", registry, decode_workers=0) as pipeline:
+        pipeline.close(HANG_GUARD)
+        answer = pipeline.submit(signal_, payload, Encoding.PROTOBUF, "http")
+        assert answer.done()
+        error = answer.exception()
+        assert isinstance(error, Unavailable), error
+        assert error.message == "the service is shutting down"
+        assert STATUS[error.refusal].retryable
+        assert requests_counted(registry, "http", signal_.value, "unavailable") == 1
+    assert stored_span_ids(tmp_path / "closed.duckdb") == []

@@ -7,6 +7,8 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 from builders import T0, request, span
@@ -22,7 +24,9 @@ from waiting import HANG_GUARD, join, wait_until
 PROTOBUF = "application/x-protobuf"
 
 
-def post(url: str, body: bytes, content_type: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
+def post(
+    url: str, body: bytes | Iterable[bytes], content_type: str, **headers: str
+) -> tuple[int, dict[str, str], bytes]:
     req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type, **headers})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
@@ -156,3 +160,79 @@ def test_overload_is_503_with_retry_after(db_path) -> None:
         join(first, "the first request to be answered")
         assert results == [200]
         assert svc.rows("SELECT count(*) FROM spans") == [(5,)]
+
+
+def test_a_chunked_body_without_content_length_is_413_once_it_passes_the_limit(db_path: Path) -> None:
+    with RunningService(service_settings(db_path, ingest={"max_request_bytes": 1024})) as svc:
+        url = f"{svc.http_url}/v1/traces"
+        big = request([span(attributes={"blob": "x" * 1000}) for _ in range(3)]).SerializeToString()
+        # An iterable body is sent chunked: the receiver learns its size only by reading it.
+        status, headers, answer = post(url, iter([big[:2000], big[2000:]]), PROTOBUF)
+        assert status == 413 and "Retry-After" not in headers
+        assert status_pb2.Status.FromString(answer).message == "request body exceeds the 1024-byte limit"
+        assert (
+            svc.metric("tailwatch_export_requests_total", transport="http", signal="traces", outcome="too_large") == 1
+        )
+        small = request([span()]).SerializeToString()
+        assert post(url, iter([small]), PROTOBUF)[0] == 200
+        assert svc.rows("SELECT count(*) FROM spans") == [(1,)]
+
+
+def evaluation_logs(n: int) -> bytes:
+    """An OTLP/JSON logs request with `n` evaluation records of one span."""
+    records = [
+        {
+            "timeUnixNano": str(T0),
+            "eventName": "gen_ai.evaluation.result",
+            "traceId": "5b8efff798038103d269b633813fc60c",
+            "spanId": "eee19b7ec3c1b174",
+            "attributes": [
+                {"key": "gen_ai.evaluation.name", "value": {"stringValue": f"eval-{i}"}},
+                {"key": "gen_ai.evaluation.score.value", "value": {"doubleValue": 0.5}},
+            ],
+        }
+        for i in range(n)
+    ]
+    return json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}).encode()
+
+
+def test_a_full_storage_queue_is_503_with_retry_after_and_counts_the_refused_items_by_signal(db_path: Path) -> None:
+    settings = service_settings(db_path, ingest={"max_queued_spans": 5, "retry_after_seconds": 3})
+    with RunningService(settings) as svc:
+        base = svc.http_url
+        running, gate = threading.Event(), threading.Event()
+
+        def hold(_con: object) -> bool:
+            running.set()
+            return gate.wait(2 * HANG_GUARD)  # outlasts every wait below
+
+        blocked = svc.service.writer.submit(hold)
+        results: list[int] = []
+        first = threading.Thread(
+            target=lambda: results.append(post(f"{base}/v1/traces", json_request(5), "application/json")[0])
+        )
+        try:
+            wait_until(running.is_set, "the writer to start the holding job")
+            first.start()
+            wait_until(
+                lambda: svc.metric("tailwatch_writer_queued_spans") == 5,
+                "the first request's 5 spans to fill the writer's queue",
+            )
+            assert not blocked.done(), "the writer hold ended before the full queue could be tried"
+            for path, body, items in (("traces", json_request(2), 2), ("logs", evaluation_logs(3), 3)):
+                status, headers, answer = post(f"{base}/v1/{path}", body, "application/json")
+                assert (status, headers.get("Retry-After")) == (503, "3"), (path, answer)
+                assert json.loads(answer)["code"] == 14  # UNAVAILABLE
+                assert "storage queue is full" in json.loads(answer)["message"]
+                refused_requests = svc.metric(
+                    "tailwatch_export_requests_total", transport="http", signal=path, outcome="overloaded"
+                )
+                assert refused_requests == 1
+                assert svc.metric("tailwatch_items_refused_total", signal=path, reason="overloaded") == items
+        finally:
+            gate.set()  # also when the test failed: a held writer would stall the service's shutdown
+        blocked.result(HANG_GUARD)
+        join(first, "the first request to be answered")
+        assert results == [200]
+        assert svc.rows("SELECT count(*) FROM spans") == [(5,)]
+        assert svc.rows("SELECT count(*) FROM span_scores") == [(0,)]

@@ -60,6 +60,30 @@ def test_the_job_ticks_at_the_common_divisor_and_runs_each_detector_on_its_own_g
         storage.close()
 
 
+def test_the_job_comes_back_every_tick_and_each_detector_runs_on_its_own_interval(
+    service: RunningService, db_path: Path
+) -> None:
+    scheduler = BackgroundScheduler(timezone="UTC")  # not started: the trigger is asked for its times
+    configs = service_settings(db_path, detectors={"cache_curve": {"interval_seconds": 600}}).detector_configs()
+    detection = DetectionPass(service.service.storage.windows, service.service.storage.detector_store, configs)
+    schedule(scheduler, detection, clock=lambda: datetime(2026, 11, 20, 12, 7, 31))
+    trigger = scheduler.get_job(JOB_ID).trigger
+    times: list[datetime] = []
+    previous, now = None, trigger.start_date
+    for _ in range(3):
+        previous = now = trigger.get_next_fire_time(previous, now)
+        times.append(now)
+    assert times == [datetime(2026, 11, 20, 12, m, tzinfo=UTC) for m in (10, 15, 20)]
+    due = [
+        (
+            "cache_curve" in detection.due(t.replace(tzinfo=None)),
+            "token_latency" in detection.due(t.replace(tzinfo=None)),
+        )
+        for t in times
+    ]
+    assert due == [(True, True), (False, True), (True, True)]
+
+
 def test_alerts_endpoint_lists_alerts_with_filters(service: RunningService) -> None:
     service.service.writer.submit(
         lambda con: con.execute(

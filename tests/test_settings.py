@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,24 @@ def test_cli_reports_a_configuration_error_in_one_line_and_exits_2(tmp_path: Pat
         proc.stderr.strip()
         == f"tailwatch: configuration error: unknown setting 'htttp_port' in {cfg} or the environment"
     )
+
+
+@pytest.mark.parametrize("flag", ["--grpc-port", "--http-port", "--api-port"])
+def test_serve_on_a_port_in_use_says_which_port_in_one_line_and_exits_3(tmp_path: Path, flag: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"--grpc-port": "0", "--http-port": "0", "--api-port": "0", flag: str(port)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "tailwatch", "serve", "--db", str(tmp_path / "t.duckdb"),
+             *(arg for pair in ports.items() for arg in pair)],
+            capture_output=True, text=True, check=False, timeout=HANG_GUARD,
+        )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("tailwatch:")]
+    assert line.startswith("tailwatch: cannot start: ") and str(port) in line
+    assert "Traceback" not in proc.stderr
 
 
 def test_every_command_documents_its_options_in_help() -> None:

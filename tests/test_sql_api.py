@@ -15,12 +15,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 import trustme
 from conftest import RunningService, service_settings
 from waiting import HANG_GUARD, join
 
+from storage.duckdb.analyst import AnalystQueries
 from tailwatch import simulate
 
 
@@ -128,6 +130,19 @@ def test_the_row_cap_truncates_and_says_so_in_every_format(small: RunningService
     assert len(body.decode().splitlines()) == 6 and headers["X-Tailwatch-Truncated"] == "true"
 
 
+def test_a_callers_row_cap_can_lower_the_configured_cap_but_not_raise_it() -> None:
+    con = duckdb.connect(":memory:")
+    try:
+        analyst = AnalystQueries(con, timeout_seconds=30, max_rows=5)
+        for asked, returned in ((50, 5), (2, 2)):
+            result = analyst.run("SELECT * FROM range(100)", max_rows=asked)
+            assert (result.table.num_rows, result.truncated) == (returned, True), f"max_rows={asked}"
+        exact = analyst.run("SELECT * FROM range(5)", max_rows=6)
+        assert (exact.table.column(0).to_pylist(), exact.truncated) == ([0, 1, 2, 3, 4], False)
+    finally:
+        con.close()
+
+
 def test_a_long_query_is_cancelled_at_the_time_limit_and_the_service_goes_on(small: RunningService) -> None:
     """The statement would run for hours; it is answered 400 `timeout` (the client's 60 s deadline in `sql`
     is only a hang guard). How soon after the limit the answer comes is measured by bench/sql_time_limit.py."""
@@ -154,6 +169,12 @@ def test_errors_are_precise_about_syntax_and_names(small: RunningService) -> Non
     assert error_of(sql(small, "   "))[:2] == (400, "empty_query")
     assert error_of(sql(small, "SELECT 1", format="xml"))[:2] == (400, "bad_request")
     assert error_of(sql(small, "SELECT 1", accept="image/png"))[:2] == (406, "not_acceptable")
+
+
+def test_a_failure_duckdb_gives_no_named_class_is_query_failed_with_its_message(small: RunningService) -> None:
+    status, code, message = error_of(sql(small, "SELECT 9223372036854775807 + i FROM range(1, 2) t(i)"))
+    assert (status, code) == (400, "query_failed")
+    assert "Overflow in addition" in message
 
 
 def test_a_body_that_is_not_a_query_gets_the_same_error_shape(small: RunningService) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -62,3 +63,32 @@ def test_invalid_utf8_in_a_string_value_is_a_malformed_request() -> None:
     assert corrupt != payload
     with pytest.raises(MalformedPayload, match="bad attribute value"):
         decode_traces(corrupt, Encoding.PROTOBUF)
+
+
+def with_raw_value(raw: bytes) -> bytes:
+    """A request whose one attribute, "flag", carries `raw` as its serialized AnyValue (3 bytes)."""
+    assert len(raw) == 3
+    payload = request([span(attributes={"flag": "X"})]).SerializeToString()
+    # A one-character string value is 3 bytes too, so no length prefix around it changes.
+    patched = payload.replace(b"\x0a\x04flag\x12\x03\x0a\x01X", b"\x0a\x04flag\x12\x03" + raw)
+    assert patched != payload
+    return patched
+
+
+def test_a_bool_in_a_longer_than_needed_varint_is_read_as_the_generated_classes_read_it() -> None:
+    # 0x80 0x00 is zero in two varint bytes: valid protobuf, but not the one-byte form the fast path reads.
+    payload = with_raw_value(b"\x10\x80\x00")
+    reference = attributes_dict(
+        ExportTraceServiceRequest.FromString(payload).resource_spans[0].scope_spans[0].spans[0].attributes
+    )
+    assert reference == {"flag": False}
+    assert wire_attributes(payload) == reference
+    spans = decode_traces(payload, Encoding.PROTOBUF).spans
+    assert spans is not None
+    assert json.loads(spans.column("attributes")[0].as_py()) == reference
+
+
+def test_a_bool_value_followed_by_a_truncated_field_is_a_malformed_request() -> None:
+    payload = with_raw_value(b"\x10\x01\x10")  # a second field tag with no value after it
+    with pytest.raises(MalformedPayload, match="bad attribute value"):
+        decode_traces(payload, Encoding.PROTOBUF)
