@@ -3,7 +3,7 @@
     .venv/bin/python bench/clusters.py [--requests 1000000]
 
 The frames are built with Polars, shaped as the detection pass hands them over: requests with every
-clustering dimension, one json_adherence score per request, traffic labels, no firing alerts.
+clustering dimension and its traffic pattern, one json_adherence score per request, no firing alerts.
 Two causes are planted (replica r7 loses quality, prompts over 64k tokens lose quality).
 The target is one million requests in under 10 s (best of 3).
 """
@@ -45,18 +45,12 @@ def frames(n: int) -> dict[str, pl.DataFrame]:
             "queue_depth": [rng.randrange(60) for _ in range(n)], "replica_count": [8] * n,
             "quantization": [("fp8", "fp16", "fp16")[k % 3] for k in range(n)], "finish_reason": ["stop"] * n,
             "prefill_tokens_in_batch": [rng.randrange(5000) for _ in range(n)],
+            "traffic_pattern": ["burst" if rng.random() < 0.1 else "steady" for _ in range(n)],
         }
     )  # fmt: skip
     return {
         "requests": requests,
         "scores": pl.DataFrame({"trace_id": trace, "span_id": span, "name": ["json_adherence"] * n, "score": score}),
-        "labels": pl.DataFrame(
-            {
-                "trace_id": trace,
-                "span_id": span,
-                "pattern": ["burst" if rng.random() < 0.1 else "steady" for _ in range(n)],
-            }
-        ),
         "alerts": pl.DataFrame(schema={"detector": pl.String, "labels": pl.String}),
     }
 

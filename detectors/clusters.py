@@ -25,8 +25,8 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Detection, DetectorConfig, Read, Window
-from detectors.frames import ids_as_strings, request_key, requests, scores
-from storage.ports import FiringAlerts, TrafficLabels
+from detectors.frames import ids_as_strings, request_key, scores
+from storage.ports import FiringAlerts, Requests
 
 KEY = "clusters"
 SUMMARY = "Scored groups of bad requests (risk ratio x support), each with a summary and a suggested fix."
@@ -93,10 +93,12 @@ class Config(DetectorConfig):
 
 def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {
-        "requests": requests(window, (*REQUEST_COLUMNS, *config.extra_dimensions)),
+        # With each request's traffic pattern: the same pass labelled the window's traffic before
+        # clustering runs (registry order). Text as categories: a window can be a day of requests.
+        "requests": Requests(
+            window, (*REQUEST_COLUMNS, *config.extra_dimensions), traffic_pattern=True, categorical=True
+        ),
         "scores": scores(window),
-        # The same pass labelled the window's traffic before clustering runs (registry order).
-        "labels": TrafficLabels(window),
         "alerts": FiringAlerts(),
     }
 
@@ -113,9 +115,9 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
 
 
 def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.DataFrame:
-    # trace_id is the one id fetched, for the examples a cluster quotes; requests, their labels and
-    # scores meet on the 64-bit request key.
-    key = request_key(frames["requests"], frames["labels"], frames["scores"])
+    # trace_id is the one id fetched, for the examples a cluster quotes; requests and their scores
+    # meet on the 64-bit request key.
+    key = request_key(frames["requests"], frames["scores"])
     reqs = frames["requests"].with_columns(
         *ids_as_strings(frames["requests"]), pl.col("tpot_ms", "e2e_ms").cast(pl.Float64)
     )
@@ -138,7 +140,6 @@ def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.Data
         batch_prefill=pl.when(pl.col("prefill_tokens_in_batch") > 4000).then(_lit("4k+", PREFILL))
         .when(pl.col("prefill_tokens_in_batch").is_not_null()).then(_lit("<=4k", PREFILL)),
     )  # fmt: skip
-    labels = frames["labels"].select(key, pl.col("pattern").cast(pl.String).alias("traffic_pattern"))
     low = (
         frames["scores"]
         .filter(pl.col("score").cast(pl.Float64) < config.score_floor)
@@ -146,14 +147,10 @@ def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.Data
         .group_by("_request")
         .agg(pl.col("name").sort().first().alias("low_score"))
     )
-    # Each request has at most one label in the window and one lowest score, so joining the key
-    # column alone keeps the requests' order and count: the wide frame is never copied by a join.
-    looked_up = (
-        reqs.select(key)
-        .join(labels, on="_request", how="left", maintain_order="left")
-        .join(low, on="_request", how="left", maintain_order="left")
-    )
-    reqs = reqs.with_columns(looked_up["traffic_pattern"], looked_up["low_score"])
+    # Each request has at most one lowest score, so joining the key column alone keeps the requests'
+    # order and count: the wide frame is never copied by a join.
+    looked_up = reqs.select(key).join(low, on="_request", how="left", maintain_order="left")
+    reqs = reqs.with_columns(looked_up["low_score"])
     errors = pl.col("status_code") == "ERROR"
     slow_decode = pl.col("tpot_ms") > pl.col("tpot_ms").quantile(0.99, "linear")
     slow = pl.col("e2e_ms") > pl.col("e2e_ms").quantile(0.99, "linear")
@@ -181,6 +178,15 @@ CACHE = pl.Enum(["high", "medium", "low"])
 SATURATION = pl.Enum(["idle", "warm", "saturating", "scaling"])
 PROMPT = pl.Enum(["0-8k", "8k-32k", "32k-64k", "64k+"])
 PREFILL = pl.Enum(["<=4k", "4k+"])
+
+
+def _equals(table: pl.DataFrame, dim: str, value: str) -> pl.Expr:
+    # Text and categories compare with the value as they are; other dimensions (an extra numeric one)
+    # as text, the way the signature spells them.
+    dtype = table.schema[dim]
+    if dtype == pl.String or isinstance(dtype, pl.Categorical | pl.Enum):
+        return pl.col(dim) == value
+    return pl.col(dim).cast(pl.String) == value
 
 
 def _lit(value: str, dtype: pl.Enum) -> pl.Expr:
@@ -319,7 +325,7 @@ def _row(
     *, alerts: list[tuple[str, dict[str, str]]],
 ) -> dict[str, Any]:  # fmt: skip
     signature: dict[str, str] = cluster["signature"]
-    member = pl.all_horizontal(pl.col(dim).cast(pl.String) == value for dim, value in signature.items())
+    member = pl.all_horizontal(_equals(table, dim, value) for dim, value in signature.items())
     # Only the bad members' few columns are taken out of the window's table, not a copy of the group.
     bad = table.filter(member & pl.col("bad")).select("trace_id", "bad_reason", "low_score")
     reason = _reason(bad, config) if bad.height else "no bad requests"

@@ -64,13 +64,19 @@ class Requests:
     """The LLM requests (client/server pairs counted once) that ended inside `window`.
 
     Columns: `request_key`, then `columns` (names from the request model); `trace_id` and `span_id`
-    too with `ids`. Only rows where every `require` column is not NULL.
+    too with `ids`; with `traffic_pattern`, the pattern the traffic_pattern detector stored for each
+    request when it evaluated this same window (NULL where it has not). Only rows where every
+    `require` column is not NULL. With `categorical`, text columns other than the ids come
+    dictionary-encoded (Polars Categorical): a few bytes a request instead of the text, for a detector
+    that only groups by them and compares them.
     """
 
     window: Window
     columns: tuple[str, ...]
     require: tuple[str, ...] = ()
     ids: bool = False
+    traffic_pattern: bool = False
+    categorical: bool = False
     cacheable = False
 
     def fetch(self, source: WindowSource) -> pa.Table:
@@ -127,19 +133,6 @@ class RequestSummary:
 
 
 @dataclass(frozen=True)
-class TrafficLabels:
-    """The traffic pattern stored for each request of exactly this window: `request_key`, `pattern`
-    (and `trace_id`, `span_id` with `ids`)."""
-
-    window: Window
-    ids: bool = False
-    cacheable = False
-
-    def fetch(self, source: WindowSource) -> pa.Table:
-        return source.traffic_labels(self)
-
-
-@dataclass(frozen=True)
 class FiringAlerts:
     """Every firing alert, oldest id first: `detector`, `labels` (a JSON object)."""
 
@@ -149,7 +142,7 @@ class FiringAlerts:
         return source.firing_alerts()
 
 
-Read = Requests | Scores | RequestSummary | TrafficLabels | FiringAlerts
+Read = Requests | Scores | RequestSummary | FiringAlerts
 
 
 class WindowSource(Protocol):
@@ -158,7 +151,6 @@ class WindowSource(Protocol):
     def requests(self, read: Requests) -> pa.Table: ...
     def scores(self, read: Scores) -> pa.Table: ...
     def request_summary(self, read: RequestSummary) -> pa.Table: ...
-    def traffic_labels(self, read: TrafficLabels) -> pa.Table: ...
     def firing_alerts(self) -> pa.Table: ...
 
 

@@ -30,7 +30,7 @@ def window(n: int = 2000, seed: int = 1, fault: Fault | None = None) -> dict[str
             "deployment": "vllm", "model": "llama", "input_tokens": rng.randint(100, 6000),
             "tpot_ms": rng.gauss(12, 1), "e2e_ms": rng.gauss(2000, 100), "cache_hit_ratio": rng.uniform(0.86, 0.99),
             "queue_depth": rng.randint(1, 5), "replica_count": 4, "quantization": "fp16", "finish_reason": "stop",
-            "prefill_tokens_in_batch": rng.randint(200, 2500),
+            "prefill_tokens_in_batch": rng.randint(200, 2500), "traffic_pattern": None,
         }  # fmt: skip
         json_score = min(1.0, rng.gauss(0.88, 0.03))
         if fault is not None:
@@ -40,9 +40,8 @@ def window(n: int = 2000, seed: int = 1, fault: Fault | None = None) -> dict[str
             {"trace_id": row["trace_id"], "span_id": row["span_id"], "name": "json_adherence", "score": json_score}
         )
     return {
-        "requests": pl.DataFrame(rows),
+        "requests": pl.DataFrame(rows).with_columns(pl.col("traffic_pattern").cast(pl.String)),
         "scores": pl.DataFrame(scores),
-        "labels": pl.DataFrame(schema={"trace_id": pl.String, "span_id": pl.String, "pattern": pl.String}),
         "alerts": pl.DataFrame(schema={"detector": pl.String, "labels": pl.String}),
     }
 

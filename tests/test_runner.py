@@ -28,7 +28,7 @@ from detectors.registry import REGISTRY, get
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.readers import Reader
 from storage.duckdb.writer import Writer
-from storage.ports import FiringAlerts, Read, Requests, RequestSummary, Scores, TrafficLabels, WindowSource
+from storage.ports import FiringAlerts, Read, Requests, RequestSummary, Scores, WindowSource
 
 AT = datetime(2026, 11, 20, 12, 0)
 WINDOW = Window(
@@ -246,9 +246,6 @@ class WatchingSource:
 
     def request_summary(self, read: RequestSummary) -> pa.Table:
         return self._watch(read, lambda: self._source.request_summary(read))
-
-    def traffic_labels(self, read: TrafficLabels) -> pa.Table:
-        return self._watch(read, lambda: self._source.traffic_labels(read))
 
     def firing_alerts(self) -> pa.Table:
         return self._watch(FiringAlerts(), self._source.firing_alerts)

@@ -312,3 +312,42 @@ def test_retention_deletes_exactly_the_spans_that_ended_before_the_cutoff(empty:
     cutoff = T0 + timedelta(seconds=101)  # requests end at odd seconds: 1, 3, ..., 99 end before it
     assert empty.retention.delete_ended_before(cutoff) == 50
     assert count(empty, "SELECT count(*) FROM spans") == len(REQUESTS) - 50
+
+
+def test_a_categorical_read_gives_the_same_values_with_text_as_categories_and_ids_as_text(storage: Storage) -> None:
+    columns = ("model", "tenant_id", "status_code", "e2e_ms")
+    plain = frame(Requests(WINDOW, columns, ids=True).fetch(storage.windows)).sort("request_key")
+    encoded = frame(Requests(WINDOW, columns, ids=True, categorical=True).fetch(storage.windows)).sort("request_key")
+    assert [encoded.schema[c] for c in ("model", "tenant_id", "status_code")] == [pl.Categorical()] * 3
+    assert (encoded.schema["trace_id"], encoded.schema["e2e_ms"]) == (pl.String, pl.Float64)
+    assert_frame_equal(encoded.with_columns(pl.col(pl.Categorical).cast(pl.String)), plain)
+
+
+def test_a_requests_read_carries_the_traffic_pattern_stored_for_its_window(empty: Storage) -> None:
+    future = empty.sink.try_submit(pa.Table.from_pylist(REQUESTS, schema=SPAN_BATCH_SCHEMA))
+    assert future is not None
+    future.result(timeout=HANG_GUARD)
+    sent = truth(WINDOW).with_columns(arrival_second=pl.col("start_time").dt.truncate("1s"))
+    # Label every other arrival second of the window's requests, and one the same second in another window.
+    seconds = sent.select("deployment", "arrival_second", "replica_count").unique().sort("arrival_second")
+    labelled = seconds[::2].with_columns(pattern=pl.lit("burst"))
+    labels = labelled.with_columns(
+        window_start=pl.lit(WINDOW.start), window_end=pl.lit(WINDOW.end), requests=pl.lit(1, pl.Int64),
+        signal=pl.lit("arrival_rate"),
+    )  # fmt: skip
+    elsewhere = labels.head(1).with_columns(
+        window_start=pl.lit(WINDOW.end), window_end=pl.lit(WINDOW.end + timedelta(minutes=5)), pattern=pl.lit("idle")
+    )
+    empty.detector_store.persist(
+        evaluation(
+            "traffic_pattern", T0 + timedelta(minutes=11), {"traffic_pattern_labels": pl.concat([labels, elsewhere])}
+        )
+    )
+    got = frame(Requests(WINDOW, ("model",), ids=True, traffic_pattern=True).fetch(empty.windows))
+    expected = sent.join(labelled, on=["deployment", "arrival_second", "replica_count"], how="left")
+    assert dict(zip(got["trace_id"], got["traffic_pattern"], strict=True)) == dict(
+        zip(expected["trace_id"], expected["pattern"], strict=True)
+    )
+    assert got["traffic_pattern"].null_count() > 0 and got["traffic_pattern"].drop_nulls().unique().to_list() == [
+        "burst"
+    ]

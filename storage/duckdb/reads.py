@@ -12,13 +12,35 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores, TrafficLabels
+from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores
 
 # DuckDB computes the key each frame carries: one 64-bit integer per request instead of two strings.
 _KEY = "hash(trace_id, span_id) AS request_key"
 _IDS = "trace_id, span_id"
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_BATCH_ROWS = 1 << 20
+
+
+def _text(field: pa.Field) -> bool:
+    return bool(pa.types.is_string(field.type) or pa.types.is_large_string(field.type))
+
+
+def _dictionary_schema(schema: pa.Schema, keep: tuple[str, ...]) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if _text(f) and f.name not in keep else f for f in schema]
+    )
+
+
+def _dictionary(batch: pa.RecordBatch, keep: tuple[str, ...]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pc.dictionary_encode(column) if _text(field) and field.name not in keep else column
+            for field, column in zip(batch.schema, batch.columns, strict=True)
+        ],
+        names=batch.schema.names,
+    )
 
 
 def _column(name: str) -> str:
@@ -30,7 +52,8 @@ def _column(name: str) -> str:
 
 
 def _not_null(columns: Iterable[str]) -> str:
-    terms = [f"{_column(c)} IS NOT NULL" for c in columns]
+    """A WHERE clause over column expressions already checked by `_column`."""
+    terms = [f"{c} IS NOT NULL" for c in columns]
     return f" WHERE {' AND '.join(terms)}" if terms else ""
 
 
@@ -58,12 +81,38 @@ class DuckDBWindowSource:
             cur.close()
 
     def requests(self, read: Requests) -> pa.Table:
-        columns = [_KEY, *([_IDS] if read.ids else []), *map(_column, read.columns)]
-        return self.arrow(
-            f"SELECT {', '.join(columns)} FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP)"
-            + _not_null(read.require),
-            (read.window.start, read.window.end),
-        )
+        columns = ["hash(r.trace_id, r.span_id) AS request_key"]
+        columns += ["r.trace_id", "r.span_id"] if read.ids else []
+        columns += [f"r.{_column(c)}" for c in read.columns]
+        source = "llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP) AS r"
+        params: list[Any] = [read.window.start, read.window.end]
+        if read.traffic_pattern:
+            # The stored labels are one row per (deployment, arrival second, replica_count) of a window:
+            # joined here, where the data is, instead of shipping both sides to the detector.
+            columns.append("l.pattern AS traffic_pattern")
+            source += """
+                LEFT JOIN traffic_pattern_labels AS l
+                  ON l.window_start = ? AND l.window_end = ?
+                 AND l.deployment IS NOT DISTINCT FROM r.deployment
+                 AND l.arrival_second = date_trunc('second', r.start_time)
+                 AND l.replica_count IS NOT DISTINCT FROM r.replica_count"""
+            params += [read.window.start, read.window.end]
+        sql = f"SELECT {', '.join(columns)} FROM {source}" + _not_null(f"r.{_column(c)}" for c in read.require)
+        if not read.categorical:
+            return self.arrow(sql, params)
+        return self._encoded(sql, params, keep=("trace_id", "span_id"))
+
+    def _encoded(self, sql: str, params: Sequence[Any], keep: tuple[str, ...]) -> pa.Table:
+        # Encoded batch by batch as DuckDB produces them, so the text of the whole window never exists.
+        cur = self._con.cursor()
+        try:
+            reader = cur.sql(sql, params=list(params)).to_arrow_reader(_BATCH_ROWS)
+            batches = [_dictionary(batch, keep) for batch in reader]
+            return pa.Table.from_batches(
+                batches, schema=batches[0].schema if batches else _dictionary_schema(reader.schema, keep)
+            )
+        finally:
+            cur.close()
 
     def scores(self, read: Scores) -> pa.Table:
         ids = f"{_IDS}, " if read.ids else ""
@@ -91,17 +140,9 @@ class DuckDBWindowSource:
         return self.arrow(
             f"SELECT {names + ', ' if grouped else ''}{which}::INTEGER AS grouping_set, "
             f"{', '.join(map(_measure, read.measures))} "
-            f"FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP){_not_null(read.require)}"
+            f"FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP){_not_null(map(_column, read.require))}"
             + (f" GROUP BY GROUPING SETS ({sets})" if grouped else ""),
             (read.window.start, read.window.end),
-        )
-
-    def traffic_labels(self, read: TrafficLabels) -> pa.Table:
-        ids = f"{_IDS}, " if read.ids else ""
-        return self.arrow(
-            f"SELECT {_KEY}, {ids}pattern FROM request_traffic_patterns_between(?::TIMESTAMP, ?::TIMESTAMP) "
-            "WHERE window_start = ? AND window_end = ?",
-            (read.window.start, read.window.end, read.window.start, read.window.end),
         )
 
     def firing_alerts(self) -> pa.Table:
