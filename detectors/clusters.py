@@ -104,17 +104,19 @@ def inputs(config: Config, window: Window) -> dict[str, Read]:
 
 
 def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> Detection:
-    table = _with_dimensions(frames, config)
+    table, low = _with_dimensions(frames, config)
     dims = [*DIMENSIONS, *config.extra_dimensions]
     if table.height == 0 or table["bad"].sum() == 0:
         return Detection(figures=_empty(window))
     found = find_clusters(table, dims, config)
     alerts = [(str(r["detector"]), json.loads(r["labels"])) for r in frames["alerts"].iter_rows(named=True)]
-    rows = [_row(c, table, rank, window, config, alerts=alerts) for rank, c in enumerate(found, 1)]
+    rows = [_row(c, table, rank, window, config, low=low, alerts=alerts) for rank, c in enumerate(found, 1)]
     return Detection(figures=pl.DataFrame(rows, schema=_SCHEMA) if rows else _empty(window))
 
 
-def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.DataFrame:
+def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every request with its dimensions, `bad` and `bad_reason` (a code); and each low-scored request's
+    lowest-scoring name (`_request`, `low_score`)."""
     # trace_id is the one id fetched, for the examples a cluster quotes; requests and their scores
     # meet on the 64-bit request key.
     key = request_key(frames["requests"], frames["scores"])
@@ -147,22 +149,21 @@ def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> pl.Data
         .group_by("_request")
         .agg(pl.col("name").sort().first().alias("low_score"))
     )
-    # Each request has at most one lowest score, so joining the key column alone keeps the requests'
-    # order and count: the wide frame is never copied by a join.
-    looked_up = reqs.select(key).join(low, on="_request", how="left", maintain_order="left")
-    reqs = reqs.with_columns(looked_up["low_score"])
+    # Which requests scored low is a membership test; the score's name is looked up later, for the
+    # bad requests of a reported cluster only: no column of ten million names.
+    reqs = reqs.with_columns(key).with_columns(low_scored=pl.col("_request").is_in(low["_request"].implode()))
     errors = pl.col("status_code") == "ERROR"
     slow_decode = pl.col("tpot_ms") > pl.col("tpot_ms").quantile(0.99, "linear")
     slow = pl.col("e2e_ms") > pl.col("e2e_ms").quantile(0.99, "linear")
     in_alert = _alert_members(frames["alerts"], reqs, config.max_share) if config.alert_groups_bad else pl.lit(False)
     code = (
         pl.when(errors).then(_code(ERROR))
-        .when(pl.col("low_score").is_not_null()).then(_code(LOW_SCORE))
+        .when(pl.col("low_scored")).then(_code(LOW_SCORE))
         .when(slow_decode.fill_null(False)).then(_code(SLOW_DECODE))
         .when(slow.fill_null(False)).then(_code(SLOW))
         .when(in_alert).then(_code(IN_ALERT))
     )  # fmt: skip
-    return reqs.with_columns(bad_reason=code).with_columns(bad=pl.col("bad_reason").is_not_null())
+    return reqs.with_columns(bad_reason=code).with_columns(bad=pl.col("bad_reason").is_not_null()), low
 
 
 # Why a request is bad, first match wins; `bad_reason` holds the index, the text is built for the
@@ -233,11 +234,7 @@ def find_clusters(table: pl.DataFrame, dims: list[str], config: Config) -> list[
     every: dict[tuple[str, Any], dict[str, Any]] = {}  # every single value's stats: a pair's halves
     frequent: dict[str, list[Any]] = {}
     for dim in dims:
-        groups = (
-            table.filter(pl.col(dim).is_not_null())
-            .group_by(dim)
-            .agg(pl.len().alias("size"), pl.col("bad").sum().alias("bad"))
-        )
+        groups = _counts(table.lazy().filter(pl.col(dim).is_not_null()), dim)
         for value, size, bad in groups.iter_rows():
             stats = _stats(int(size), int(bad), n, total_bad)
             every[(dim, value)] = stats
@@ -248,16 +245,12 @@ def find_clusters(table: pl.DataFrame, dims: list[str], config: Config) -> list[
     pairs: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
     for d1, d2 in combinations([d for d in dims if d in frequent], 2):
         # Apriori: only pairs of frequent values can hold min_support of the bad requests.
-        candidates = (
-            table.group_by(d1, d2)
-            .agg(pl.col("bad").sum().alias("bad"), pl.len().alias("size"))
-            .filter(
-                pl.col(d1).is_in(frequent[d1])
-                & pl.col(d2).is_in(frequent[d2])
-                & (pl.col("bad") >= config.min_support * total_bad)
-            )
+        candidates = _counts(table.lazy(), d1, d2).filter(
+            pl.col(d1).is_in(frequent[d1])
+            & pl.col(d2).is_in(frequent[d2])
+            & (pl.col("bad") >= config.min_support * total_bad)
         )
-        for v1, v2, bad, size in candidates.iter_rows():
+        for v1, v2, size, bad in candidates.iter_rows():
             stats = _stats(int(size), int(bad), n, total_bad)
             halves = (every[(d1, v1)], every[(d2, v2)])
             # Minimality: a pair must be more specific than both halves, or it says nothing new.
@@ -272,6 +265,12 @@ def find_clusters(table: pl.DataFrame, dims: list[str], config: Config) -> list[
     found = [c for c in found if c["score"] >= config.min_score]
     found.sort(key=lambda c: (-c["score"], json.dumps(c["signature"], sort_keys=True)))
     return found[: config.max_clusters]
+
+
+def _counts(rows: pl.LazyFrame, *by: str) -> pl.DataFrame:
+    """Requests and bad requests per group. Streamed: an eager group-by over a day of requests held
+    a second copy of the grouped columns (1.4 GB for an enum by a category)."""
+    return rows.group_by(*by).agg(pl.len().alias("size"), pl.col("bad").sum().alias("bad")).collect(engine="streaming")
 
 
 def _stats(size: int, bad: int, n: int, total_bad: int) -> dict[str, Any]:
@@ -322,12 +321,16 @@ def _empty(window: Window) -> pl.DataFrame:
 
 def _row(
     cluster: dict[str, Any], table: pl.DataFrame, rank: int, window: Window, config: Config,
-    *, alerts: list[tuple[str, dict[str, str]]],
+    *, low: pl.DataFrame, alerts: list[tuple[str, dict[str, str]]],
 ) -> dict[str, Any]:  # fmt: skip
     signature: dict[str, str] = cluster["signature"]
     member = pl.all_horizontal(_equals(table, dim, value) for dim, value in signature.items())
     # Only the bad members' few columns are taken out of the window's table, not a copy of the group.
-    bad = table.filter(member & pl.col("bad")).select("trace_id", "bad_reason", "low_score")
+    bad = (
+        table.filter(member & pl.col("bad"))
+        .select("trace_id", "_request", "bad_reason")
+        .join(low, on="_request", how="left", maintain_order="left")
+    )
     reason = _reason(bad, config) if bad.height else "no bad requests"
     examples = bad.sort("trace_id")["trace_id"].unique(maintain_order=True).head(config.examples).to_list()
     group = ", ".join(f"{k}={v}" for k, v in signature.items())
