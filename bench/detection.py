@@ -19,9 +19,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from detectors.detection import DetectionPass
 from detectors.registry import REGISTRY
-from storage.duckdb.backend import DuckDBStorage
+from tailwatch.compose import detection_pass, open_storage
+from tailwatch.settings import load_settings
 
 GENERATE = """
 INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code, service_name,
@@ -77,7 +77,15 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="tw-detect-bench-"))
     db = args.keep or workdir / "bench.duckdb"
     fresh = not db.exists()
-    storage = DuckDBStorage.open(db)  # the service's defaults: 512MB for DuckDB, 2 threads
+    # The service's defaults (512MB for DuckDB, 2 threads), built as `serve` and `detect` build them.
+    defaults = load_settings(None, {"db": str(db)}, environ={})
+    # Full pass: every detector over the whole day as one window (token_latency: its last window against
+    # the full 24-hour baseline, which is what it always reads).
+    day = {"window_seconds": 86400, "settle_seconds": 0}
+    full = load_settings(
+        None, {"db": str(db), "detectors": {k: day for k in REGISTRY if k != "token_latency"}}, environ={}
+    )
+    storage = open_storage(defaults)
     if fresh:
         t = time.perf_counter()
 
@@ -89,16 +97,9 @@ def main() -> None:
         storage.writer.submit(lambda con: con.execute("CHECKPOINT")).result()
         print(f"generated {args.spans:,} spans in {time.perf_counter() - t:.1f}s", flush=True)
 
-    defaults = {key: spec.config() for key, spec in REGISTRY.items()}
-    # Full pass: every detector over the whole day as one window (token_latency: its last window against
-    # the full 24-hour baseline, which is what it always reads).
-    full = {
-        key: (cfg if key == "token_latency" else cfg.model_copy(update={"window_seconds": 86400, "settle_seconds": 0}))
-        for key, cfg in defaults.items()
-    }
     results = {}
     t = time.perf_counter()
-    for r in DetectionPass(storage.windows, storage.detector_store, full).run(at, args.only):
+    for r in detection_pass(full, storage).run(at, args.only):
         results[f"full/{r.detector}"] = round(r.seconds, 2)
         assert r.outcome == "ok", r.error
     results["full_pass_seconds"] = round(time.perf_counter() - t, 2)
@@ -107,7 +108,7 @@ def main() -> None:
         results["full_pass_seconds_first_four"] = round(sum(results[f"full/{k}"] for k in first_four), 2)
     results["full_pass_peak_rss_mib"] = round(peak_rss_mib())
 
-    incremental = DetectionPass(storage.windows, storage.detector_store, defaults)
+    incremental = detection_pass(defaults, storage)
     times = []
     for step in range(3):
         t = time.perf_counter()

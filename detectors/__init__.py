@@ -1,1 +1,1 @@
-"""Rolling-window detectors: one module per detector, a registry, and the runner that schedules them."""
+"""Rolling-window detectors: one module per detector, a registry of them, and the one detection pass that runs them."""

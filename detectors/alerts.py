@@ -1,7 +1,7 @@
 """Alert state: one firing alert per fingerprint, resolved when its condition clears.
 
 Pure: given the conditions of one evaluation and the state before it, `evaluate` returns the state
-after it. The runner persists the result and hands the transitions to the notifier.
+after it. The detection pass persists the result and hands the transitions to the notifier.
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ class NotifyMetrics:
 
 
 class Notifier:
-    """The webhook and Alertmanager sinks; the alerts table and the log are written by the runner."""
+    """The webhook and Alertmanager sinks; the alerts table and the log are written by the detection pass."""
 
     def __init__(
         self,
