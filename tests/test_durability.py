@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import grpc
@@ -221,15 +222,21 @@ def requests_counted(registry: CollectorRegistry, transport: str, signal_: str, 
     return 0.0 if value is None else value
 
 
+def only_decoder(pipeline: IngestPipeline) -> Any:
+    """The one decoder process a pipeline with decode_workers=1 starts, started."""
+    before = {p.pid for p in multiprocessing.active_children()}
+    pipeline.warm_up()
+    [worker] = [p for p in multiprocessing.active_children() if p.pid not in before]
+    assert worker.pid is not None
+    return worker
+
+
 def test_a_decoder_process_dying_mid_request_is_a_retryable_refusal_and_the_retry_is_stored(tmp_path: Path) -> None:
     db = tmp_path / "decoder.duckdb"
     registry = CollectorRegistry()
     payload = request([span() for _ in range(3)]).SerializeToString()
     with pipeline_on(db, registry, decode_workers=1) as pipeline:
-        before = {p.pid for p in multiprocessing.active_children()}
-        pipeline.warm_up()
-        [worker] = [p for p in multiprocessing.active_children() if p.pid not in before]
-        assert worker.pid is not None
+        worker = only_decoder(pipeline)
         # Stopped, the worker cannot take the request; killed, it dies with the request handed to it.
         os.kill(worker.pid, signal.SIGSTOP)
         try:
@@ -254,10 +261,7 @@ def test_a_decoder_process_that_died_while_idle_is_replaced_and_the_next_request
     registry = CollectorRegistry()
     payload = request([span() for _ in range(3)]).SerializeToString()
     with pipeline_on(db, registry, decode_workers=1) as pipeline:
-        before = {p.pid for p in multiprocessing.active_children()}
-        pipeline.warm_up()
-        [worker] = [p for p in multiprocessing.active_children() if p.pid not in before]
-        assert worker.pid is not None
+        worker = only_decoder(pipeline)
         os.kill(worker.pid, signal.SIGKILL)
         worker.join(HANG_GUARD)
         # Wait for the pool to mark itself broken, so submitting is what fails (not a decode in flight).
