@@ -351,3 +351,99 @@ def test_a_requests_read_carries_the_traffic_pattern_stored_for_its_window(empty
     assert got["traffic_pattern"].null_count() > 0 and got["traffic_pattern"].drop_nulls().unique().to_list() == [
         "burst"
     ]
+
+
+def test_a_categorical_read_of_an_empty_window_has_the_same_categorical_columns(storage: Storage) -> None:
+    nothing = Window(T0 - timedelta(hours=2), T0 - timedelta(hours=1))
+    empty_read = frame(Requests(nothing, ("model", "e2e_ms"), ids=True, categorical=True).fetch(storage.windows))
+    assert empty_read.height == 0
+    assert dict(empty_read.schema) == {
+        "request_key": pl.UInt64, "trace_id": pl.String, "span_id": pl.String, "model": pl.Categorical(),
+        "e2e_ms": pl.Float64,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [(("model",), ("tenant_id",), ()), (("tenant_id", "model"), ("model",)), ((),)],
+    ids=["disjoint-and-total", "nested", "total-only"],
+)
+def test_every_grouping_set_of_a_summary_comes_back_under_its_own_index(
+    storage: Storage, sets: tuple[tuple[str, ...], ...]
+) -> None:
+    summary = RequestSummary(WINDOW, grouping_sets=sets, measures=(Measure("n", Aggregate.COUNT),))
+    got = frame(summary.fetch(storage.windows))
+    rows = truth(WINDOW)
+    for index, keys in enumerate(sets):
+        part = got.filter(pl.col("grouping_set") == index)
+        if keys:
+            expected = rows.group_by(list(keys)).agg(pl.len().alias("n")).sort(list(keys))
+            assert_frame_equal(part.select(*keys, "n").sort(list(keys)), expected, check_dtypes=False)
+        else:
+            assert part["n"].to_list() == [rows.height]
+    assert got.height == sum(rows.select(list(k)).n_unique() if k else 1 for k in sets)
+
+
+def test_a_summary_refuses_two_grouping_sets_of_the_same_columns(storage: Storage) -> None:
+    twice = RequestSummary(WINDOW, (("model", "tenant_id"), ("tenant_id", "model")), (Measure("n", Aggregate.COUNT),))
+    with pytest.raises(ValueError, match="each grouping set must group by different columns"):
+        twice.fetch(storage.windows)
+
+
+def test_alert_queries_filter_by_state_and_detector_newest_first_up_to_the_limit(empty: Storage) -> None:
+    at = T0 + timedelta(minutes=11)
+    skew = [
+        alert("replica_skew", {"replica_id": f"r{i}", "signal": "latency_p99"}, at + timedelta(minutes=i))
+        for i in range(3)
+    ]
+    cache = alert("cache_curve", {"bucket": "low", "signal": "json_adherence"}, at)
+    empty.detector_store.persist(evaluation("replica_skew", at, {}, fired=skew))
+    empty.detector_store.persist(evaluation("cache_curve", at, {}, fired=[cache]))
+    later = at + timedelta(minutes=9)
+    empty.detector_store.persist(
+        evaluation(
+            "replica_skew", later, {}, changed=[replace(skew[0], state="resolved", resolved_at=later, updated_at=later)]
+        )
+    )
+
+    def ids(table: pa.Table) -> list[str]:
+        return [str(v) for v in table.column("alert_id").to_pylist()]
+
+    assert ids(empty.alert_queries.alerts()) == [skew[0].alert_id, skew[2].alert_id, skew[1].alert_id, cache.alert_id]
+    assert ids(empty.alert_queries.alerts(detector="cache_curve")) == [cache.alert_id]
+    assert ids(empty.alert_queries.alerts(state="firing", detector="replica_skew")) == [
+        skew[2].alert_id,
+        skew[1].alert_id,
+    ]
+    assert ids(empty.alert_queries.alerts(state="resolved")) == [skew[0].alert_id]
+    assert ids(empty.alert_queries.alerts(limit=2)) == [skew[0].alert_id, skew[2].alert_id]
+
+
+def test_cluster_queries_filter_by_detector_newest_window_first_then_by_rank(empty: Storage) -> None:
+    columns = {"window_start": pl.Datetime("us"), "window_end": pl.Datetime("us"), "cluster_id": pl.String,
+               "detector": pl.String, "rank": pl.Int32}  # fmt: skip
+
+    def clusters_of(window: Window, rows: list[tuple[str, str, int]]) -> pl.DataFrame:
+        frame_ = pl.DataFrame(
+            [(window.start, window.end, cid, detector, rank) for cid, detector, rank in rows],
+            schema=columns,
+            orient="row",
+        )
+        return frame_.with_columns(
+            signature=pl.lit("{}"), size=pl.lit(30, pl.Int64), support=pl.lit(0.5), risk_ratio=pl.lit(3.0),
+            score=pl.lit(0.3), summary=pl.lit("s"), suggested_fix=pl.lit("f"),
+            example_trace_ids=pl.lit([], pl.List(pl.String)), bad_reason=pl.lit("error"),
+        )  # fmt: skip
+
+    earlier = Window(WINDOW.start - timedelta(minutes=5), WINDOW.start)
+    for window, rows in [
+        (earlier, [("e1", "clusters", 1)]),
+        (WINDOW, [("w2", "replica_skew", 2), ("w1", "clusters", 1)]),
+    ]:
+        run = RunRecord("clusters", window.end, window, "ok", 0.1, rows=len(rows), conditions=0)
+        empty.detector_store.persist(EvaluationRecord(run, {"clusters": clusters_of(window, rows)}))
+    listed = empty.alert_queries.clusters()
+    assert listed.column("cluster_id").to_pylist() == ["w1", "w2", "e1"]
+    assert "evaluated_at" not in listed.column_names
+    assert empty.alert_queries.clusters(detector="replica_skew").column("cluster_id").to_pylist() == ["w2"]
+    assert empty.alert_queries.clusters(limit=1).column("cluster_id").to_pylist() == ["w1"]
