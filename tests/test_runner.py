@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from waiting import HANG_GUARD
 
 from detectors.alerts import Evaluation, fingerprint
-from detectors.base import Detection, DetectorConfig, Window
+from detectors.base import Condition, Detection, DetectorConfig, Window
 from detectors.detection import DetectionPass, DetectorMetrics
 from detectors.registry import REGISTRY, get
 from storage.duckdb.backend import DuckDBStorage
@@ -283,3 +283,58 @@ def test_a_pass_reads_what_two_detectors_share_once_and_lets_go_of_each_read_aft
         (scores, {baseline}),
         (tenant_fairness["requests"], {scores, baseline}),
     ]
+
+
+def test_a_detector_whose_inputs_raise_is_a_failed_run_and_the_detectors_after_it_still_run(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_inputs(config: Any, window: Window) -> dict[str, Read]:
+        raise ValueError("no such column in the request model")
+
+    monkeypatch.setitem(REGISTRY, "cache_curve", dataclasses.replace(REGISTRY["cache_curve"], inputs=broken_inputs))
+    results = store.detection.run(AT, only=["token_latency", "cache_curve", "tenant_fairness"])
+    assert [(r.detector, r.outcome, r.error) for r in results] == [
+        ("token_latency", "ok", None),
+        ("cache_curve", "error", "ValueError: no such column in the request model"),
+        ("tenant_fairness", "ok", None),
+    ]
+    assert store.rows("SELECT detector, outcome FROM detector_runs ORDER BY detector") == [
+        ("cache_curve", "error"), ("tenant_fairness", "ok"), ("token_latency", "ok"),
+    ]  # fmt: skip
+    assert store.detection.waiting == 0
+
+
+def test_a_condition_without_a_severity_fires_with_the_configured_one_and_the_run_log_counts_rows_and_conditions(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = REGISTRY["tenant_fairness"].detect
+
+    def one_condition(frames: dict[str, pl.DataFrame], config: Any, window: Window) -> Detection:
+        detection = real(frames, config, window)
+        condition = Condition({"tenant_id": "smallco", "signal": "latency_p99"}, 2.9, 1.5, "smallco is slow")
+        return Detection(detection.figures, [condition], detection.extra_tables)
+
+    monkeypatch.setitem(
+        REGISTRY, "tenant_fairness", dataclasses.replace(REGISTRY["tenant_fairness"], detect=one_condition)
+    )
+    configs = service_settings(db_path, detectors={"tenant_fairness": {"severity": "info"}}).detector_configs()
+    storage = DuckDBStorage.open(db_path)
+    try:
+        [result] = DetectionPass(storage.windows, storage.detector_store, configs).run(AT, ["tenant_fairness"])
+        assert [a.severity for a in result.firing] == ["info"]
+        assert storage.reader.rows("SELECT severity, state FROM alerts") == [("info", "firing")]
+        assert storage.reader.rows("SELECT rows, conditions FROM detector_runs") == [(0, 1)]
+    finally:
+        storage.close()
+
+
+def test_a_shared_read_is_let_go_once_its_last_reader_is_done_before_the_rest_of_the_pass(store: Store) -> None:
+    """Clusters, last, reads a longer window here, so nothing it reads is the scores the others shared."""
+    configs = {**store.configs, "clusters": store.configs["clusters"].model_copy(update={"window_seconds": 600})}
+    source = WatchingSource(store.storage.windows)
+    detection = DetectionPass(source, store.storage.detector_store, configs)
+    scores = get("cache_curve").inputs(configs["cache_curve"], configs["cache_curve"].window(AT))["scores"]
+    results = detection.run(AT, only=["cache_curve", "tenant_fairness", "clusters"])
+    assert [r.outcome for r in results] == ["ok", "ok", "ok"]
+    clusters_reads = [held for read, held in source.reads if isinstance(read, Requests | Scores | FiringAlerts)][-3:]
+    assert all(scores not in held for held in clusters_reads), source.reads
