@@ -95,11 +95,14 @@ def plant_firing_alert(store: Store) -> None:
 def test_a_detector_that_raises_is_recorded_and_counted_and_the_rest_of_the_pass_still_runs(
     store: Store, failing_token_latency: None
 ) -> None:
+    before = time.perf_counter()
     results = store.detection.run(AT)
+    took = time.perf_counter() - before
 
     assert [r.detector for r in results] == list(REGISTRY)  # the whole pass ran, in registry order
     failed = results[0]
     assert (failed.detector, failed.outcome, failed.window) == ("token_latency", "error", WINDOW)
+    assert 0 <= failed.seconds <= took
     assert failed.error == "RuntimeError: the decode figures are inconsistent"
     assert [r.detector for r in results if r.outcome != "ok"] == ["token_latency"], [r.error for r in results]
 
@@ -159,9 +162,11 @@ class RecordingSink:
 
     def __init__(self) -> None:
         self.published: list[tuple[str, Evaluation]] = []
+        self.intervals: list[int] = []
 
     def publish(self, detector: str, evaluation: Evaluation, interval_seconds: int) -> None:
         self.published.append((detector, evaluation))
+        self.intervals.append(interval_seconds)
 
 
 def test_a_firing_alert_whose_condition_has_cleared_is_resolved_by_the_next_run_with_its_stored_labels(
@@ -190,6 +195,7 @@ def test_a_firing_alert_whose_condition_has_cleared_is_resolved_by_the_next_run_
     assert store.rows("SELECT alert_id, state, resolved_at, updated_at FROM alerts") == [("a2", "resolved", AT, AT)]
     assert store.rows("SELECT * FROM alert_conditions") == []
     [(detector, evaluation)] = sink.published
+    assert sink.intervals == [store.configs["tenant_fairness"].interval_seconds]  # the notifier's endsAt
     assert detector == "tenant_fairness"
     assert (evaluation.fired, evaluation.updated) == ([], [])
     [resolved] = evaluation.resolved
@@ -319,9 +325,13 @@ def test_a_condition_without_a_severity_fires_with_the_configured_one_and_the_ru
     )
     configs = service_settings(db_path, detectors={"tenant_fairness": {"severity": "info"}}).detector_configs()
     storage = DuckDBStorage.open(db_path)
+    metrics = CollectorRegistry()
     try:
-        [result] = DetectionPass(storage.windows, storage.detector_store, configs).run(AT, ["tenant_fairness"])
+        detection = DetectionPass(storage.windows, storage.detector_store, configs, metrics=DetectorMetrics(metrics))
+        [result] = detection.run(AT, ["tenant_fairness"])
         assert [a.severity for a in result.firing] == ["info"]
+        assert (result.rows, result.conditions) == (0, 1)
+        assert metrics.get_sample_value("tailwatch_alerts_firing", {"detector": "tenant_fairness"}) == 1
         assert storage.reader.rows("SELECT severity, state FROM alerts") == [("info", "firing")]
         assert storage.reader.rows("SELECT rows, conditions FROM detector_runs") == [(0, 1)]
     finally:
