@@ -13,14 +13,8 @@ from storage.ports import Requests, Scores
 # 0.10 threshold, so the breach rule (`breaches`) allows this much.
 TOLERANCE = 1e-9
 
-REQUEST_COLUMNS = (
-    "start_time", "end_time", "status_code", "tenant_id", "replica_id", "deployment", "model",
-    "input_tokens", "output_tokens", "ttft_ms", "tpot_ms", "queue_ms", "e2e_ms", "cache_hit_ratio", "queue_depth",
-    "replica_count", "prefill_tokens_in_batch", "quantization",
-)  # fmt: skip
 
-
-def requests(window: Window, columns: tuple[str, ...] = REQUEST_COLUMNS) -> Requests:
+def requests(window: Window, columns: tuple[str, ...]) -> Requests:
     """The LLM requests (client/server pairs counted once) that ended inside the window."""
     return Requests(window, columns)
 

@@ -107,10 +107,8 @@ class DuckDBWindowSource:
         cur = self._con.cursor()
         try:
             reader = cur.sql(sql, params=list(params)).to_arrow_reader(_BATCH_ROWS)
-            batches = [_dictionary(batch, keep) for batch in reader]
-            return pa.Table.from_batches(
-                batches, schema=batches[0].schema if batches else _dictionary_schema(reader.schema, keep)
-            )
+            schema = _dictionary_schema(reader.schema, keep)
+            return pa.Table.from_batches([_dictionary(batch, keep) for batch in reader], schema=schema)
         finally:
             cur.close()
 
