@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from prometheus_client import CollectorRegistry
-from waiting import HANG_GUARD, join, wait_until
+from waiting import WriterHold, join
 
 from collector.model import SPAN_BATCH_SCHEMA
 from storage.dedup import RecentSpans, span_keys
@@ -332,26 +332,15 @@ def test_close_with_a_timeout_returns_while_the_writer_is_busy_and_what_was_queu
 ) -> None:
     db = tmp_path / "close.duckdb"
     with writer_on(db, Clock(T)) as writer:
-        running, gate = threading.Event(), threading.Event()
-
-        def hold(_con: duckdb.DuckDBPyConnection) -> bool:
-            running.set()
-            return gate.wait(2 * HANG_GUARD)  # outlasts every wait below
-
-        held = writer.submit(hold)
-        wait_until(running.is_set, "the writer to start the holding job")
-        queued = writer.try_submit(spans("a"))
-        assert queued is not None
-        closer = threading.Thread(target=writer.close, kwargs={"timeout": 0.05})
-        closer.start()
-        try:
+        with WriterHold(writer) as hold:
+            queued = writer.try_submit(spans("a"))
+            assert queued is not None
+            closer = threading.Thread(target=writer.close, kwargs={"timeout": 0.05})
+            closer.start()
             join(closer, "close(timeout=0.05) to return while the writer is still held")
-            assert not held.done(), "the writer hold ended before close could be tried"
+            assert hold.held, "the writer hold ended before close could be tried"
             assert not queued.done()
             assert writer.try_submit(spans("b")) is None  # closing: no new work
-        finally:
-            gate.set()
-        assert held.result(timeout=TIMEOUT) is True
         # Closing stopped intake, not the writer: what was queued before it is still committed.
         assert queued.result(timeout=TIMEOUT) == WriteResult(inserted=1, duplicates=0)
     assert stored(db) == {"span-a": 1}

@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from waiting import HANG_GUARD, join, wait_until
+from waiting import HANG_GUARD, WriterHold, join, wait_until
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -99,27 +99,23 @@ def test_oversize_request_is_resource_exhausted_without_retry_info(db_path) -> N
 def test_overload_is_unavailable_with_retry_info_and_nothing_is_lost(db_path) -> None:
     settings = service_settings(db_path, ingest={"max_inflight_bytes": 1024, "retry_after_seconds": 2})
     with RunningService(settings) as svc:
-        gate = threading.Event()
-        # The writer stays held until the test lets go (the hold outlasts every wait below).
-        blocked = svc.service.writer.submit(lambda con: gate.wait(2 * HANG_GUARD))
         first_payload = request([span() for _ in range(20)]).SerializeToString()
         first: list[object] = []
         sender = threading.Thread(target=lambda: first.append(raw_export(svc.grpc_target, first_payload)))
-        sender.start()
-        # The first request holds the only in-flight slot while the writer is blocked.
-        wait_until(
-            lambda: svc.metric("tailwatch_spans_received_total", transport="grpc") == 20,
-            "the first request's 20 spans to be received",
-        )
-        assert not blocked.done(), "the writer hold ended before the overload could be tried"
-        _, err = raw_export(svc.grpc_target, request([span()]).SerializeToString())
-        assert err is not None and err.code() == grpc.StatusCode.UNAVAILABLE
-        details = status_details(err)
-        assert details is not None and details.code == grpc.StatusCode.UNAVAILABLE.value[0]
-        retry = error_details_pb2.RetryInfo()
-        assert details.details[0].Unpack(retry) and retry.retry_delay.seconds == 2
-        gate.set()
-        blocked.result(HANG_GUARD)
+        with WriterHold(svc.service.writer) as hold:
+            sender.start()
+            # The first request holds the only in-flight slot while the writer is held.
+            wait_until(
+                lambda: svc.metric("tailwatch_spans_received_total", transport="grpc") == 20,
+                "the first request's 20 spans to be received",
+            )
+            assert hold.held, "the writer hold ended before the overload could be tried"
+            _, err = raw_export(svc.grpc_target, request([span()]).SerializeToString())
+            assert err is not None and err.code() == grpc.StatusCode.UNAVAILABLE
+            details = status_details(err)
+            assert details is not None and details.code == grpc.StatusCode.UNAVAILABLE.value[0]
+            retry = error_details_pb2.RetryInfo()
+            assert details.details[0].Unpack(retry) and retry.retry_delay.seconds == 2
         join(sender, "the first request to be answered")
         assert first[0][1] is None  # type: ignore[index]
         assert svc.rows("SELECT count(*) FROM spans") == [(20,)]

@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from waiting import HANG_GUARD, join, wait_until
+from waiting import HANG_GUARD, WriterHold, join, wait_until
 
 PROTOBUF = "application/x-protobuf"
 
@@ -141,22 +141,18 @@ def test_overload_is_503_with_retry_after(db_path) -> None:
     settings = service_settings(db_path, ingest={"max_inflight_bytes": 1024, "retry_after_seconds": 3})
     with RunningService(settings) as svc:
         url = f"{svc.http_url}/v1/traces"
-        gate = threading.Event()
-        # The writer stays held until the test lets go (the hold outlasts every wait below).
-        blocked = svc.service.writer.submit(lambda con: gate.wait(2 * HANG_GUARD))
         results: list[int] = []
         first = threading.Thread(target=lambda: results.append(post(url, json_request(5), "application/json")[0]))
-        first.start()
-        wait_until(
-            lambda: svc.metric("tailwatch_spans_received_total", transport="http") == 5,
-            "the first request's 5 spans to be received",
-        )
-        assert not blocked.done(), "the writer hold ended before the overload could be tried"
-        status, headers, body = post(url, json_request(1), "application/json")
-        assert status == 503 and headers["Retry-After"] == "3"
-        assert json.loads(body)["code"] == 14  # UNAVAILABLE
-        gate.set()
-        blocked.result(HANG_GUARD)
+        with WriterHold(svc.service.writer) as hold:
+            first.start()
+            wait_until(
+                lambda: svc.metric("tailwatch_spans_received_total", transport="http") == 5,
+                "the first request's 5 spans to be received",
+            )
+            assert hold.held, "the writer hold ended before the overload could be tried"
+            status, headers, body = post(url, json_request(1), "application/json")
+            assert status == 503 and headers["Retry-After"] == "3"
+            assert json.loads(body)["code"] == 14  # UNAVAILABLE
         join(first, "the first request to be answered")
         assert results == [200]
         assert svc.rows("SELECT count(*) FROM spans") == [(5,)]
@@ -200,25 +196,17 @@ def test_a_full_storage_queue_is_503_with_retry_after_and_counts_the_refused_ite
     settings = service_settings(db_path, ingest={"max_queued_spans": 5, "retry_after_seconds": 3})
     with RunningService(settings) as svc:
         base = svc.http_url
-        running, gate = threading.Event(), threading.Event()
-
-        def hold(_con: object) -> bool:
-            running.set()
-            return gate.wait(2 * HANG_GUARD)  # outlasts every wait below
-
-        blocked = svc.service.writer.submit(hold)
         results: list[int] = []
         first = threading.Thread(
             target=lambda: results.append(post(f"{base}/v1/traces", json_request(5), "application/json")[0])
         )
-        try:
-            wait_until(running.is_set, "the writer to start the holding job")
+        with WriterHold(svc.service.writer) as hold:
             first.start()
             wait_until(
                 lambda: svc.metric("tailwatch_writer_queued_spans") == 5,
                 "the first request's 5 spans to fill the writer's queue",
             )
-            assert not blocked.done(), "the writer hold ended before the full queue could be tried"
+            assert hold.held, "the writer hold ended before the full queue could be tried"
             for path, body, items in (("traces", json_request(2), 2), ("logs", evaluation_logs(3), 3)):
                 status, headers, answer = post(f"{base}/v1/{path}", body, "application/json")
                 assert (status, headers.get("Retry-After")) == (503, "3"), (path, answer)
@@ -229,9 +217,6 @@ def test_a_full_storage_queue_is_503_with_retry_after_and_counts_the_refused_ite
                 )
                 assert refused_requests == 1
                 assert svc.metric("tailwatch_items_refused_total", signal=path, reason="overloaded") == items
-        finally:
-            gate.set()  # also when the test failed: a held writer would stall the service's shutdown
-        blocked.result(HANG_GUARD)
         join(first, "the first request to be answered")
         assert results == [200]
         assert svc.rows("SELECT count(*) FROM spans") == [(5,)]
