@@ -16,6 +16,7 @@ import orjson
 import pyarrow as pa
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
@@ -23,10 +24,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector import otlp_json
 from collector.anyvalue import attributes_dict
+from collector.decode_metrics import metric_points, parse_metrics
+from collector.engine_names import EngineNames
 from collector.errors import MalformedPayload
 from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_KINDS, STATUS_CODES
 from collector.normalize import FIELDS, NormalizeConfig, Plan, SpanBatch, build_plan, first_token_ms, normalize_batch
-from collector.reasons import LogRejectReason, SpanRejectReason
+from collector.reasons import LogRejectReason, MetricUnjoined, Rejections, SpanRejectReason
 from collector.scores import EVALUATION_EVENT, Score, from_evaluation, from_span_attributes
 from collector.wire import TraceRequest, any_value
 
@@ -42,49 +45,38 @@ class Encoding(StrEnum):
 class Signal(StrEnum):
     TRACES = "traces"
     LOGS = "logs"
-
-
-@dataclass
-class Rejections:
-    """Items turned away from one request, by reason, with the first explanation seen for each."""
-
-    counts: Counter[StrEnum] = field(default_factory=Counter)
-    examples: dict[StrEnum, str] = field(default_factory=dict)
-
-    def add(self, reason: StrEnum, explanation: str) -> None:
-        self.counts[reason] += 1
-        self.examples.setdefault(reason, explanation)
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    def message(self, noun: str = "span") -> str:
-        """One sentence for the OTLP partial-success `error_message`."""
-        parts = [f"{n} {r.value} ({self.examples[r]})" for r, n in sorted(self.counts.items())]
-        return f"rejected {self.total} {noun}(s): " + "; ".join(parts)
+    METRICS = "metrics"
 
 
 @dataclass
 class Decoded:
-    """A decoded request: spans (traces only) and scores to store, plus what was rejected and why."""
+    """A decoded request: spans (traces), scores, or engine metric points to store, plus what was rejected."""
 
     signal: Signal
     spans: pa.Table | None
     scores: pa.Table
     rejections: Rejections
-    ignored: int = 0  # valid log records that carry no evaluation, so nothing to store
+    ignored: int = 0  # valid items with nothing to store: logs that carry no evaluation, summary points
+    metrics: pa.Table | None = None
+    points: int = 0  # metric data points accepted (a histogram point is two rows of `metrics`)
+    unjoined: Counter[MetricUnjoined] = field(default_factory=Counter)
 
     @property
     def items(self) -> int:
-        """Spans or log records that were accepted."""
+        """Spans, log records or metric data points that were accepted."""
         if self.spans is not None:
             return int(self.spans.num_rows)
+        if self.signal is Signal.METRICS:
+            return self.points + self.ignored
         return int(self.scores.num_rows) + self.ignored
 
     @property
     def received(self) -> int:
         return self.items + self.rejections.total
+
+    @property
+    def noun(self) -> str:
+        return {Signal.TRACES: "span", Signal.LOGS: "log record", Signal.METRICS: "data point"}[self.signal]
 
 
 @cache
@@ -92,11 +84,36 @@ def default_plan() -> Plan:
     return build_plan(NormalizeConfig())
 
 
-def decode(signal: Signal, payload: bytes, encoding: Encoding, plan: Plan | None = None) -> Decoded:
-    """Decode one export request of either signal."""
+def decode(
+    signal: Signal, payload: bytes, encoding: Encoding, plan: Plan | None = None, names: EngineNames | None = None
+) -> Decoded:
+    """Decode one export request of any signal."""
     if signal is Signal.LOGS:
         return decode_logs(payload, encoding)
+    if signal is Signal.METRICS:
+        return decode_metrics(payload, encoding, plan, names)
     return decode_traces(payload, encoding, plan)
+
+
+def decode_metrics(
+    payload: bytes, encoding: Encoding, plan: Plan | None = None, names: EngineNames | None = None
+) -> Decoded:
+    """Decode one OTLP metrics export request into engine metric points."""
+    if encoding is Encoding.JSON:
+        request = otlp_json.parse(payload, ExportMetricsServiceRequest)
+    else:
+        request = parse_metrics(payload)
+    points, ignored = metric_points(request, plan or default_plan(), names or EngineNames())
+    return Decoded(
+        Signal.METRICS,
+        None,
+        score_table([]),
+        points.rejections,
+        ignored,
+        metrics=points.table(),
+        points=points.points,
+        unjoined=points.unjoined,
+    )
 
 
 def _parse(payload: bytes, encoding: Encoding, message: type[Message], wire: type[Message]) -> Any:

@@ -1,4 +1,4 @@
-"""OTLP/gRPC receiver: TraceService/Export and LogsService/Export on a sync gRPC server, raw bytes in and out.
+"""OTLP/gRPC receiver: the Trace, Logs and Metrics services' Export on a sync gRPC server, raw bytes in and out.
 
 Requests are not deserialized by gRPC: the bytes go to the shared decoder (possibly in another
 process), so the receiver thread only waits for the durable write.
@@ -19,6 +19,7 @@ from collector.responses import error_status, export_response
 SERVICES = {
     Signal.TRACES: "opentelemetry.proto.collector.trace.v1.TraceService",
     Signal.LOGS: "opentelemetry.proto.collector.logs.v1.LogsService",
+    Signal.METRICS: "opentelemetry.proto.collector.metrics.v1.MetricsService",
 }
 
 

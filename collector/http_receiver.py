@@ -1,4 +1,4 @@
-"""OTLP/HTTP receiver: POST /v1/traces and /v1/logs with protobuf or JSON bodies, optionally gzip-compressed.
+"""OTLP/HTTP receiver: POST /v1/traces, /v1/logs and /v1/metrics, protobuf or JSON, optionally gzip-compressed.
 
 Status codes follow the OTLP/HTTP spec: 200 (full or partial success), 400 malformed, 413 too large,
 415 unsupported media type, 503 with Retry-After when overloaded. Failure bodies are google.rpc.Status
@@ -36,6 +36,7 @@ class HttpReceiver:
         app = web.Application(client_max_size=self._max_bytes, handler_args={"auto_decompress": False})
         app.router.add_post("/v1/traces", self._handler(Signal.TRACES))
         app.router.add_post("/v1/logs", self._handler(Signal.LOGS))
+        app.router.add_post("/v1/metrics", self._handler(Signal.METRICS))
         return app
 
     def _handler(self, signal: Signal) -> Callable[[web.Request], Awaitable[web.Response]]:

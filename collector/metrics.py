@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter
 
-from collector.reasons import LogRejectReason, RequestRefusal, SpanRejectReason
+from collector.reasons import LogRejectReason, MetricRejectReason, MetricUnjoined, RequestRefusal, SpanRejectReason
 
 if TYPE_CHECKING:
     from collector.decode import Decoded
@@ -17,7 +17,7 @@ class IngestMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             "tailwatch_export_requests",
-            "OTLP export requests by transport, signal (traces, logs) and outcome (ok, or the refusal reason).",
+            "OTLP export requests by transport, signal (traces, logs, metrics) and outcome (ok, or why refused).",
             ["transport", "signal", "outcome"],
             registry=registry,
         )
@@ -53,7 +53,34 @@ class IngestMetrics:
             "Valid log records that are not gen_ai.evaluation.result events: accepted, not stored.",
             registry=registry,
         )
+        self.points_received = Counter(
+            "tailwatch_metric_points_received",
+            "Engine metric data points decoded from OTLP metrics requests.",
+            ["transport"],
+            registry=registry,
+        )
+        self.points_rejected = Counter(
+            "tailwatch_metric_points_rejected",
+            "Metric data points rejected and reported back as partial success, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.points_ignored = Counter(
+            "tailwatch_metric_points_ignored",
+            "Valid data points with nothing to store: summaries, exponential histograms, no-recorded-value markers.",
+            registry=registry,
+        )
+        self.points_unjoined = Counter(
+            "tailwatch_metric_points_unjoined",
+            "Metric points stored for SQL but not joined to requests: unknown name, or a known name of another type.",
+            ["reason"],
+            registry=registry,
+        )
         # Pre-create the label sets so dashboards see zeros rather than gaps.
+        for metric_reason in MetricRejectReason:
+            self.points_rejected.labels(metric_reason.value)
+        for unjoined in MetricUnjoined:
+            self.points_unjoined.labels(unjoined.value)
         for reason in SpanRejectReason:
             self.spans_rejected.labels(reason.value)
         for log_reason in LogRejectReason:
@@ -62,7 +89,13 @@ class IngestMetrics:
             self.refused.labels("traces", refusal.value)
 
     def count_decoded(self, decoded: Decoded, transport: str) -> None:
-        if decoded.spans is not None:
+        if decoded.metrics is not None:
+            self.points_received.labels(transport).inc(decoded.received)
+            self.points_ignored.inc(decoded.ignored)
+            for why, n in decoded.unjoined.items():
+                self.points_unjoined.labels(why.value).inc(n)
+            rejected = self.points_rejected
+        elif decoded.spans is not None:
             self.spans_received.labels(transport).inc(decoded.received)
             rejected = self.spans_rejected
         else:

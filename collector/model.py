@@ -131,6 +131,33 @@ SCORE_COLUMNS: tuple[Column, ...] = (
 )  # fmt: skip
 
 
+# `engine_metrics`: one row per serving-engine metric point (OTLP metrics, or a scraped /metrics page).
+# A histogram point is stored as two rows, `<name>_sum` and `<name>_count`, as Prometheus exposes them.
+ENGINE_METRIC_COLUMNS: tuple[Column, ...] = (
+    Column("time", _TIME, _UTC, "When the value was observed (the scrape's time).", required=True),
+    Column("start_time", _TIME, _UTC, "Start of a cumulative series (a change means the counter was reset); "
+           "NULL for gauges and scrapes without _created."),
+    Column("name", _TEXT, None, "Metric name as received (histograms: with _sum or _count).", required=True),
+    Column("metric", _TEXT, None, "The canonical engine metric it maps to (docs/engine-metrics.md), NULL when "
+           "unknown or of another type: kept, not joined.", Origin.ATTRIBUTES),
+    Column("kind", _TEXT, None, "gauge, cumulative (a monotonic counter) or delta.", required=True),
+    Column("value", _FLOAT, None, "The value; counters in their own unit (tokens, preemptions, …).",
+           required=True),
+    Column("replica_id", _TEXT, None, "Replica: the first key of normalize.replica_keys present (a span: key reads "
+           "the point's labels).", _ATTR),
+    Column("deployment", _TEXT, None, "Deployment: normalize.deployment_keys, as for spans.", _ATTR),
+    Column("model", _TEXT, None, "The point's model_name (or model) label.", _ATTR),
+    Column("engine", _TEXT, None, "The data-parallel engine index label (vLLM engine), or NULL.", _ATTR),
+    Column("source", _TEXT, None, "otlp or scrape.", required=True),
+    Column("interval_s", _FLOAT, "s", "How often the series reports (metrics.interval_seconds); a value older "
+           "than two intervals is no longer current.", required=True),
+    Column("attributes", _TEXT, None, "The point's labels as received.", stored_as="JSON"),
+    Column("resource", _TEXT, None, "Resource attributes (scrapes: the target's job, instance, replica).",
+           stored_as="JSON"),
+    Column("ingested_at", _TIME, _UTC, "When the point was committed.", Origin.STORAGE, required=True),
+)  # fmt: skip
+
+
 def batch_schema(columns: tuple[Column, ...]) -> pa.Schema:
     """The Arrow schema of the decoder's batch for a table: every column but the ones storage stamps."""
     return pa.schema([(c.name, c.type) for c in columns if c.origin is not Origin.STORAGE])
@@ -138,6 +165,7 @@ def batch_schema(columns: tuple[Column, ...]) -> pa.Schema:
 
 SPAN_BATCH_SCHEMA = batch_schema(SPAN_COLUMNS)
 SCORE_BATCH_SCHEMA = batch_schema(SCORE_COLUMNS)
+ENGINE_METRIC_BATCH_SCHEMA = batch_schema(ENGINE_METRIC_COLUMNS)
 
 # Normalization's slots: the attribute-filled LLM columns, in order, and the Arrow type of each.
 LLM_COLUMNS = [(c.name, c.type) for c in SPAN_COLUMNS if c.origin is Origin.ATTRIBUTES]

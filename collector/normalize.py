@@ -212,8 +212,10 @@ class NormalizeConfig(BaseModel):
     )
     replica_keys: tuple[str, ...] = Field(
         (
-            "resource:service.instance.id",
+            # The pod name first: operators know replicas by it, and the Collector's k8sattributes stamps it
+            # on a pod's spans and metrics alike, while service.instance.id differs between the two.
             "resource:k8s.pod.name",
+            "resource:service.instance.id",
             "resource:host.name",
             "span:replica_id",
             "resource:vllm.process_id",
@@ -302,6 +304,21 @@ def build_plan(config: NormalizeConfig) -> Plan:
         span_keys=frozenset(src.key for src in every if src.scope == "span"),
         resource_keys=frozenset(src.key for src in every if src.scope == "resource"),
     )
+
+
+def resolve(plan: Plan, field: str, resource: dict[str, Any], labels: dict[str, Any]) -> Any:
+    """One record's value of `field` by the plan's sources in order, `span:` keys read from `labels`.
+
+    Engine metric points are resolved with it, so a pod's spans and its metrics name the replica and
+    deployment by the same ordered lists (a point's labels stand where a span's attributes do).
+    """
+    for src in plan.sources[field]:
+        value = (labels if src.scope == "span" else resource).get(src.key)
+        if value is not None:
+            converted = src.convert(value)
+            if converted is not None:
+                return converted
+    return None
 
 
 @dataclass

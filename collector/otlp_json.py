@@ -22,6 +22,8 @@ _ID_KEYS = ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_
 # (container key, item key) paths from the request root down to the objects that carry ids.
 _TRACE_PATH = (("resourceSpans", "resource_spans"), ("scopeSpans", "scope_spans"), ("spans",))
 _LOGS_PATH = (("resourceLogs", "resource_logs"), ("scopeLogs", "scope_logs"), ("logRecords", "log_records"))
+_METRICS_PATH = (("resourceMetrics", "resource_metrics"), ("scopeMetrics", "scope_metrics"), ("metrics",))
+_METRIC_DATA = ("gauge", "sum", "histogram", "exponentialHistogram", "exponential_histogram", "summary")
 
 
 def parse(payload: bytes, message: type[M]) -> M:
@@ -32,11 +34,14 @@ def parse(payload: bytes, message: type[M]) -> M:
         raise MalformedPayload(f"invalid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise MalformedPayload("an OTLP/JSON body must be a JSON object")
-    path = _LOGS_PATH if message.DESCRIPTOR.name.startswith("ExportLogs") else _TRACE_PATH
-    for item in _walk(doc, path):
-        _hex_ids_to_base64(item)
-        for link in _list(item, ("links",)):
-            _hex_ids_to_base64(link)
+    if message.DESCRIPTOR.name.startswith("ExportMetrics"):
+        _drop_exemplars(doc)
+    else:
+        path = _LOGS_PATH if message.DESCRIPTOR.name.startswith("ExportLogs") else _TRACE_PATH
+        for item in _walk(doc, path):
+            _hex_ids_to_base64(item)
+            for link in _list(item, ("links",)):
+                _hex_ids_to_base64(link)
     try:
         return json_format.ParseDict(doc, message(), ignore_unknown_fields=True)
     except (json_format.ParseError, TypeError, ValueError) as exc:
@@ -77,3 +82,14 @@ def _hex_ids_to_base64(obj: dict[str, Any]) -> None:
         except ValueError:
             raise MalformedPayload(f"'{key}' is not hex: {value[:40]!r}") from None
         obj[key] = base64.b64encode(raw).decode("ascii")
+
+
+def _drop_exemplars(doc: dict[str, Any]) -> None:
+    # Exemplars are the only place metrics carry (hex) ids, and Tailwatch does not use them.
+    for metric in _walk(doc, _METRICS_PATH):
+        for key in _METRIC_DATA:
+            data = metric.get(key)
+            if isinstance(data, dict):
+                for point in _list(data, ("dataPoints", "data_points")):
+                    if isinstance(point, dict):
+                        point.pop("exemplars", None)

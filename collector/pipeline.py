@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any
 
 from collector.decode import Decoded, Encoding, Signal, decode
+from collector.engine_names import EngineNames
 from collector.errors import ExportError, Overloaded, Unavailable
 from collector.metrics import IngestMetrics
 from collector.normalize import NormalizeConfig, Plan, build_plan
@@ -41,9 +42,11 @@ def _plan(config: NormalizeConfig) -> Plan:
     return build_plan(config)
 
 
-def decode_request(signal: Signal, payload: bytes, encoding: Encoding, config: NormalizeConfig) -> Decoded:
+def decode_request(
+    signal: Signal, payload: bytes, encoding: Encoding, config: NormalizeConfig, names: EngineNames
+) -> Decoded:
     """The decoder entry point run in the worker processes."""
-    return decode(signal, payload, encoding, _plan(config))
+    return decode(signal, payload, encoding, _plan(config), names)
 
 
 class IngestPipeline:
@@ -55,12 +58,14 @@ class IngestPipeline:
         decode_workers: int,
         max_inflight_bytes: int,
         normalize: NormalizeConfig | None = None,
+        engine_names: EngineNames | None = None,
     ) -> None:
         self._sink = sink
         self._metrics = metrics
         self._workers = decode_workers
         self._max_inflight = max_inflight_bytes
         self._normalize = normalize or NormalizeConfig()
+        self._names = engine_names or EngineNames()
         self._inflight = 0
         self._lock = threading.Lock()
         self._closing = False
@@ -78,7 +83,7 @@ class IngestPipeline:
     def warm_up(self) -> None:
         """Start the decoder processes (and build their plans) now rather than on the first request."""
         futures = [
-            self._executor.submit(decode_request, Signal.TRACES, b"", Encoding.PROTOBUF, self._normalize)
+            self._executor.submit(decode_request, Signal.TRACES, b"", Encoding.PROTOBUF, self._normalize, self._names)
             for _ in range(max(1, self._workers))
         ]
         for f in futures:
@@ -99,7 +104,7 @@ class IngestPipeline:
             self._inflight += size
         executor = self._executor
         try:
-            decoding = executor.submit(decode_request, signal, payload, encoding, self._normalize)
+            decoding = executor.submit(decode_request, signal, payload, encoding, self._normalize, self._names)
         except BrokenProcessPool:
             # A decoder died while idle: the pool is broken for good until it is replaced.
             self._release(size)
@@ -143,16 +148,17 @@ class IngestPipeline:
 
         self._metrics.count_decoded(decoded, transport)
         rejected = decoded.rejections.total
-        message = decoded.rejections.message("span" if signal is Signal.TRACES else "log record") if rejected else ""
+        message = decoded.rejections.message(decoded.noun) if rejected else ""
         accepted = decoded.items
         spans = decoded.spans if decoded.spans is not None and decoded.spans.num_rows else None
         scores = decoded.scores if decoded.scores.num_rows else None
-        if spans is None and scores is None:
+        points = decoded.metrics if decoded.metrics is not None and decoded.metrics.num_rows else None
+        if spans is None and scores is None and points is None:
             self._release(size)
             self._metrics.requests.labels(transport, signal.value, "ok").inc()
             result.set_result(ExportResult(accepted, rejected, message))
             return
-        writing = self._sink.try_submit(spans, scores)
+        writing = self._sink.try_submit(spans, scores, points)
         if writing is None:
             self._release(size)
             full = Overloaded("the storage queue is full; retry after the hinted delay", items=accepted)

@@ -1,5 +1,7 @@
 """Closed sets of reasons a span or a request is turned away, used as metric labels."""
 
+from collections import Counter
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -40,3 +42,48 @@ class LogRejectReason(StrEnum):
     """A gen_ai.evaluation.result record without a valid trace_id and span_id cannot be joined to a span."""
     INVALID_EVALUATION = "invalid_evaluation"
     """A gen_ai.evaluation.result record without gen_ai.evaluation.name."""
+
+
+class MetricRejectReason(StrEnum):
+    """Why one metric data point was rejected (reported as partial success in rejected_data_points)."""
+
+    MISSING_NAME = "missing_name"
+    """The metric has no name, so the point cannot be told apart from any other."""
+    MISSING_TIME = "missing_time"
+    """time_unix_nano is 0: the point cannot be placed in time."""
+    INVALID_TIME = "invalid_time"
+    """time_unix_nano (or start_time_unix_nano) is at or beyond 2^63 ns, past any timestamp storage holds."""
+    MISSING_VALUE = "missing_value"
+    """A number point with neither as_double nor as_int set."""
+    NON_FINITE_VALUE = "non_finite_value"
+    """The value (or a histogram's sum) is NaN or infinite."""
+
+
+class MetricUnjoined(StrEnum):
+    """Why a stored metric point is kept for SQL but not joined to requests."""
+
+    UNKNOWN_NAME = "unknown_name"
+    """No canonical engine metric has this name (docs/engine-metrics.md; metrics.names adds names)."""
+    TYPE_MISMATCH = "type_mismatch"
+    """The name is known but arrived as another type (e.g. a counter where a gauge is expected)."""
+
+
+@dataclass
+class Rejections:
+    """Items turned away from one request, by reason, with the first explanation seen for each."""
+
+    counts: Counter[StrEnum] = field(default_factory=Counter)
+    examples: dict[StrEnum, str] = field(default_factory=dict)
+
+    def add(self, reason: StrEnum, explanation: str) -> None:
+        self.counts[reason] += 1
+        self.examples.setdefault(reason, explanation)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def message(self, noun: str = "span") -> str:
+        """One sentence for the OTLP partial-success `error_message`."""
+        parts = [f"{n} {r.value} ({self.examples[r]})" for r, n in sorted(self.counts.items())]
+        return f"rejected {self.total} {noun}(s): " + "; ".join(parts)

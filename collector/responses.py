@@ -11,6 +11,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
     ExportLogsServiceResponse,
 )
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsPartialSuccess,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceResponse,
@@ -30,6 +34,13 @@ def export_response(signal: Signal, result: ExportResult) -> Message:
                 ExportLogsPartialSuccess(rejected_log_records=result.rejected, error_message=result.message)
             )
         return logs
+    if signal is Signal.METRICS:
+        metrics = ExportMetricsServiceResponse()
+        if result.rejected:
+            metrics.partial_success.CopyFrom(
+                ExportMetricsPartialSuccess(rejected_data_points=result.rejected, error_message=result.message)
+            )
+        return metrics
     traces = ExportTraceServiceResponse()
     if result.rejected:
         traces.partial_success.CopyFrom(

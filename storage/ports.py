@@ -46,9 +46,11 @@ class WriteResult:
 
 
 class SpanSink(Protocol):
-    """Where decoded spans and scores go. The future resolves once they are durable."""
+    """Where decoded spans, scores and engine metric points go. The future resolves once they are durable."""
 
-    def try_submit(self, spans: pa.Table | None, scores: pa.Table | None = None) -> Future[WriteResult] | None:
+    def try_submit(
+        self, spans: pa.Table | None, scores: pa.Table | None = None, metrics: pa.Table | None = None
+    ) -> Future[WriteResult] | None:
         """Queue a batch; None when the backend cannot take it now (the receiver answers 'retry later')."""
         ...
 

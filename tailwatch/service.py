@@ -87,6 +87,7 @@ class Service:
             decode_workers=s.ingest.decode_workers,
             max_inflight_bytes=s.ingest.max_inflight_bytes,
             normalize=s.normalize,
+            engine_names=s.metrics.engine_names(),
         )
         self._grpc = GrpcReceiver(
             self._pipeline,

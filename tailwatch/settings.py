@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from collector.engine_names import ENGINE_METRICS, EngineNames
 from collector.normalize import NormalizeConfig
 from detectors.registry import REGISTRY
 
@@ -141,6 +142,57 @@ class SqlSettings(_Section):
     )
 
 
+class ScrapeTarget(_Section):
+    url: str = Field(description="The engine's Prometheus endpoint, e.g. http://10.0.0.7:8000/metrics.")
+    replica: str | None = Field(
+        None, description="Replica id its points carry; name it as the replica's spans do (e.g. the pod name)."
+    )
+    deployment: str | None = Field(None, description="Deployment its points carry; as the spans' service.name.")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"{url!r} must be an http:// or https:// URL")
+        return url
+
+
+class ScrapeSettings(_Section):
+    targets: tuple[ScrapeTarget, ...] = Field(
+        (), description="Engines whose /metrics Tailwatch scrapes itself, for fleets without a Collector."
+    )
+    timeout_seconds: float = Field(
+        2.0, gt=0, le=60, description="A target slower than this is marked down for that scrape; others go on."
+    )
+
+
+class MetricsSettings(_Section):
+    interval_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="How often engines report: the scrape interval here, and the Collector's scrape_interval. "
+        "A value older than two intervals is no longer current.",
+    )
+    names: dict[str, tuple[str, ...]] = Field(
+        {},
+        description="More names per canonical engine metric (docs/engine-metrics.md), e.g. for an engine fork.",
+    )
+    scrape: ScrapeSettings = ScrapeSettings()
+
+    @field_validator("names")
+    @classmethod
+    def _known_metrics(cls, names: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for key in names:
+            if key not in ENGINE_METRICS:
+                known = ", ".join(ENGINE_METRICS)
+                raise ValueError(f"{key!r} is not a canonical engine metric; known: {known}")
+        return names
+
+    def engine_names(self) -> EngineNames:
+        return EngineNames(tuple((k, tuple(v)) for k, v in sorted(self.names.items())), self.interval_seconds)
+
+
 # One section per registered detector, typed by its own Config; the key is the registry key.
 DetectorsSettings: type[_Section] = create_model(  # type: ignore[call-overload]
     "DetectorsSettings",
@@ -168,6 +220,7 @@ class Settings(_Section):
     ingest: IngestSettings = IngestSettings()
     storage: StorageSettings = StorageSettings()
     normalize: NormalizeConfig = NormalizeConfig()
+    metrics: MetricsSettings = MetricsSettings()
     detectors: DetectorsSettings = DetectorsSettings()
     alerting: AlertingSettings = AlertingSettings()
     api: ApiSettings = ApiSettings()

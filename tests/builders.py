@@ -6,8 +6,10 @@ import os
 import time
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, Metric
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 # An hour ago, on the hour: recent enough that retention (7 days by default) keeps it.
@@ -75,4 +77,62 @@ def request(
     ss = rs.scope_spans.add()
     ss.scope.name = scope
     ss.spans.extend(spans)
+    return req
+
+
+# --- engine metrics ------------------------------------------------------------------------------------
+
+
+def gauge(name: str, points: list[tuple[int, float]], labels: dict[str, Any] | None = None) -> Metric:
+    """A Gauge with one point per (time_ns, value)."""
+    m = Metric(name=name)
+    for at, value in points:
+        dp = m.gauge.data_points.add(time_unix_nano=at, as_double=value)
+        dp.attributes.extend(kvs(labels or {}))
+    return m
+
+
+def counter(
+    name: str,
+    points: list[tuple[int, float]],
+    labels: dict[str, Any] | None = None,
+    *,
+    start: int = 0,
+    delta: bool = False,
+    monotonic: bool = True,
+) -> Metric:
+    """A Sum (monotonic cumulative by default) with one point per (time_ns, value)."""
+    m = Metric(name=name)
+    m.sum.is_monotonic = monotonic
+    m.sum.aggregation_temporality = (
+        AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
+        if delta
+        else AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+    )
+    for at, value in points:
+        dp = m.sum.data_points.add(time_unix_nano=at, start_time_unix_nano=start, as_double=value)
+        dp.attributes.extend(kvs(labels or {}))
+    return m
+
+
+def histogram(
+    name: str, points: list[tuple[int, float, int]], labels: dict[str, Any] | None = None, *, start: int = 0
+) -> Metric:
+    """A cumulative explicit-bucket Histogram with one point per (time_ns, sum, count)."""
+    m = Metric(name=name)
+    m.histogram.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+    for at, total, count in points:
+        dp = m.histogram.data_points.add(
+            time_unix_nano=at, start_time_unix_nano=start, sum=total, count=count, explicit_bounds=[1.0, 10.0]
+        )
+        dp.bucket_counts.extend([0, count, 0])
+        dp.attributes.extend(kvs(labels or {}))
+    return m
+
+
+def metrics_request(metrics: list[Metric], resource: dict[str, Any] | None = None) -> ExportMetricsServiceRequest:
+    req = ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add()
+    rm.resource.attributes.extend(kvs(resource or {}))
+    rm.scope_metrics.add().metrics.extend(metrics)
     return req

@@ -1,4 +1,4 @@
-"""Retention: spans whose end_time is older than the configured age are deleted."""
+"""Retention: spans (by end_time) and engine metric points (by time) older than the configured age are deleted."""
 
 from __future__ import annotations
 
@@ -14,4 +14,6 @@ def delete_expired(con: duckdb.DuckDBPyConnection, cutoff: datetime) -> int:
     removed at the next pass.
     """
     rows = con.execute("DELETE FROM spans WHERE end_time < ? RETURNING 1", [cutoff]).fetchall()
+    # Engine metrics age out with the spans they explain.
+    con.execute("DELETE FROM engine_metrics WHERE time < ?", [cutoff])
     return len(rows)

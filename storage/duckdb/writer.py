@@ -28,19 +28,19 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _BATCH_VIEW = "_tailwatch_batch"
 _SCORES_VIEW = "_tailwatch_scores"
+_METRICS_VIEW = "_tailwatch_metric_points"
 
 
 @dataclass
 class _Batch:
-    table: pa.Table | None  # spans; None for a batch of scores only (from OTLP logs)
+    table: pa.Table | None  # spans; None for a batch of scores (OTLP logs) or engine metric points only
     scores: pa.Table | None
+    metrics: pa.Table | None = None
     future: Future[WriteResult] = field(default_factory=Future)
 
     @property
     def rows(self) -> int:
-        return (self.table.num_rows if self.table is not None else 0) + (
-            self.scores.num_rows if self.scores is not None else 0
-        )
+        return sum(t.num_rows for t in (self.table, self.scores, self.metrics) if t is not None)
 
 
 @dataclass
@@ -70,6 +70,11 @@ class WriterMetrics:
         )
         self.queued_rows = Gauge("tailwatch_writer_queued_spans", "Spans waiting for the writer.", registry=registry)
         self.scores = Counter("tailwatch_scores_stored", "Quality scores committed to span_scores.", registry=registry)
+        self.points = Counter(
+            "tailwatch_metric_rows_stored",
+            "Engine metric rows committed to engine_metrics (a histogram point is two rows).",
+            registry=registry,
+        )
         self.dedup_seconds = Gauge(
             "tailwatch_dedup_window_seconds",
             "How far back retried spans are currently recognised as duplicates.",
@@ -107,9 +112,15 @@ class Writer:
         self._recent.add(keys, self._clock(), since)
         self._thread.start()
 
-    def try_submit(self, spans: pa.Table | None, scores: pa.Table | None = None) -> Future[WriteResult] | None:
-        """Queue spans and scores for the next group commit; None when the queue is full or closing."""
-        item = _Batch(spans, scores if scores is not None and scores.num_rows else None)
+    def try_submit(
+        self, spans: pa.Table | None, scores: pa.Table | None = None, metrics: pa.Table | None = None
+    ) -> Future[WriteResult] | None:
+        """Queue spans, scores and engine metric points for the next group commit; None when full or closing."""
+        item = _Batch(
+            spans,
+            scores if scores is not None and scores.num_rows else None,
+            metrics if metrics is not None and metrics.num_rows else None,
+        )
         rows = item.rows
         with self._cv:
             if self._closing or (self._queued_rows + rows > self._max_queued and self._queued_rows > 0):
@@ -171,7 +182,9 @@ class Writer:
             else:
                 keep, keys, batch = [], [], None
             scores = pa.concat_tables(score_tables) if score_tables else None
-            stored_scores = self._insert(batch, scores, now)
+            metric_tables = [i.metrics for i in items if i.metrics is not None]
+            points = pa.concat_tables(metric_tables) if metric_tables else None
+            stored_scores = self._insert(batch, scores, points, now)
         except Exception as exc:  # the batch is retried by the clients; the writer must keep running
             log.exception("group commit of %d spans failed; rolled back", rows)
             if self._metrics:
@@ -191,6 +204,7 @@ class Writer:
                 self._metrics.inserted.inc(stored_spans)
                 self._metrics.duplicates.inc(len(keep) - stored_spans)
                 self._metrics.scores.inc(stored_scores)
+                self._metrics.points.inc(points.num_rows if points is not None else 0)
                 self._metrics.commit_seconds.observe(time.perf_counter() - started)
                 self._metrics.dedup_seconds.set(self._recent.covered_seconds(now))
         finally:
@@ -209,22 +223,19 @@ class Writer:
                 keep[i] = False
         return keep, keys
 
-    def _insert(self, spans: pa.Table | None, scores: pa.Table | None, now: float) -> int:
-        """Insert spans and scores in one transaction; returns how many scores were new."""
+    def _insert(self, spans: pa.Table | None, scores: pa.Table | None, points: pa.Table | None, now: float) -> int:
+        """Insert spans, scores and metric points in one transaction; returns how many scores were new."""
         con = self._con
         ingested_at = _timestamp(now)
         stored_scores = 0
         con.execute("BEGIN")
         try:
             if spans is not None and spans.num_rows:
-                columns = ", ".join(spans.column_names)
-                con.register(_BATCH_VIEW, spans)
-                con.execute(
-                    f"INSERT INTO spans ({columns}, ingested_at) SELECT {columns}, ? FROM {_BATCH_VIEW}",
-                    [ingested_at],
-                )
+                _insert_as(con, "spans", _BATCH_VIEW, spans, ingested_at)
             if scores is not None and scores.num_rows:
                 stored_scores = _insert_scores(con, scores, ingested_at)
+            if points is not None:
+                _insert_as(con, "engine_metrics", _METRICS_VIEW, points, ingested_at)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -232,6 +243,7 @@ class Writer:
         finally:
             con.unregister(_BATCH_VIEW)
             con.unregister(_SCORES_VIEW)
+            con.unregister(_METRICS_VIEW)
         return stored_scores
 
     def _run_job(self, job: _Job[Any]) -> None:
@@ -250,6 +262,12 @@ class Writer:
     def _set_queue_gauge(self) -> None:
         if self._metrics:
             self._metrics.queued_rows.set(self._queued_rows)
+
+
+def _insert_as(con: duckdb.DuckDBPyConnection, table: str, view: str, batch: pa.Table, ingested_at: datetime) -> None:
+    columns = ", ".join(batch.column_names)
+    con.register(view, batch)
+    con.execute(f"INSERT INTO {table} ({columns}, ingested_at) SELECT {columns}, ? FROM {view}", [ingested_at])
 
 
 def _insert_scores(con: duckdb.DuckDBPyConnection, scores: pa.Table, ingested_at: datetime) -> int:

@@ -1,0 +1,230 @@
+"""Engine metrics: the `engine_metrics` table, and the request model joined to it.
+
+`llm_requests_between` becomes the spans' request model (kept as `llm_span_requests_between`, its body
+taken over unchanged) joined to the engine metrics of the request's replica and deployment:
+- `queue_depth`: waiting requests summed over the deployment's replicas at arrival;
+- `replica_count`: the deployment's replicas reporting at arrival;
+- `cache_hit_ratio`: the replica's prefix-cache hits / queries over the request's lifetime;
+- new: `kv_cache_usage` and `running_requests` at arrival, `preemptions` during the request, and
+  `step_tokens` (tokens per engine step during the request).
+A span's own value always wins; `<column>_source` says whether it is `span` or `engine`.
+
+A value is current for two reporting intervals (`interval_s`) after its point; arrival is the span's
+start, the lifetime runs from the last point at or before the start to the first at or after the end.
+Counters are read as differences: a drop, or a new start time, is a reset, and counting resumes from
+the new value. A retried export's duplicate point counts once.
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-11-23
+"""
+
+from alembic import op
+
+revision = "0009"
+down_revision = "0008"
+branch_labels = None
+depends_on = None
+
+_TABLE = """
+    CREATE TABLE engine_metrics (
+        time TIMESTAMP NOT NULL,
+        start_time TIMESTAMP,
+        name VARCHAR NOT NULL,
+        metric VARCHAR,
+        kind VARCHAR NOT NULL,
+        value DOUBLE NOT NULL,
+        replica_id VARCHAR,
+        deployment VARCHAR,
+        model VARCHAR,
+        engine VARCHAR,
+        source VARCHAR NOT NULL,
+        interval_s DOUBLE NOT NULL,
+        attributes JSON,
+        resource JSON,
+        ingested_at TIMESTAMP NOT NULL
+    )
+"""
+
+# One row per scraped target (metrics.scrape.targets), replaced after every scrape.
+_SCRAPE_TARGETS = """
+    CREATE TABLE scrape_targets (
+        url VARCHAR PRIMARY KEY,
+        replica_id VARCHAR,
+        deployment VARCHAR,
+        up BOOLEAN NOT NULL,
+        last_scrape TIMESTAMP NOT NULL,
+        last_success TIMESTAMP,
+        last_error VARCHAR,
+        points BIGINT NOT NULL,
+        seconds DOUBLE NOT NULL
+    )
+"""
+
+# Two reporting intervals, as an INTERVAL, from a row's interval_s.
+_STALE = "(CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)"
+
+_STATES = """
+    WITH points AS (
+        -- A retried export stores a point twice: one value per series and time.
+        SELECT replica_id, any_value(deployment) AS deployment, metric, name, attributes, time,
+               any_value(kind) AS kind, any_value(start_time) AS start_time, max(value) AS value,
+               max(interval_s) AS interval_s
+        FROM engine_metrics
+        WHERE metric IS NOT NULL AND replica_id IS NOT NULL
+          AND time >= t0::TIMESTAMP AND time < t1::TIMESTAMP
+        GROUP BY replica_id, metric, name, attributes, time
+    ),
+    steps AS (
+        SELECT *, lag(value) OVER series AS prev, lag(start_time) OVER series AS prev_start
+        FROM points
+        WINDOW series AS (PARTITION BY replica_id, metric, name, attributes ORDER BY time)
+    ),
+    levels AS (
+        -- Counters become levels that only grow from the first point in range: differences are what count.
+        SELECT replica_id, deployment, metric, time, interval_s,
+               CASE WHEN kind = 'gauge' THEN value ELSE sum(
+                   CASE WHEN kind = 'delta' THEN value
+                        WHEN prev IS NULL THEN 0
+                        WHEN value < prev OR start_time IS DISTINCT FROM prev_start THEN value
+                        ELSE value - prev END
+               ) OVER (PARTITION BY replica_id, metric, name, attributes ORDER BY time
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS level
+        FROM steps
+    )
+    SELECT replica_id, any_value(deployment) AS deployment, time, max(interval_s) AS interval_s,
+           sum(level) FILTER (WHERE metric = 'requests_waiting') AS waiting,
+           sum(level) FILTER (WHERE metric = 'requests_running') AS running,
+           max(level) FILTER (WHERE metric = 'kv_cache_usage') AS kv_cache_usage,
+           sum(level) FILTER (WHERE metric = 'prefix_cache_queries') AS cache_queries,
+           sum(level) FILTER (WHERE metric = 'prefix_cache_hits') AS cache_hits,
+           avg(level) FILTER (WHERE metric = 'cache_hit_rate') AS cache_hit_rate,
+           sum(level) FILTER (WHERE metric = 'preemptions') AS preemptions,
+           sum(level) FILTER (WHERE metric = 'step_tokens_sum') AS step_tokens,
+           sum(level) FILTER (WHERE metric = 'step_tokens_count') AS steps
+    FROM levels
+    GROUP BY replica_id, time
+"""
+
+# The deployment's totals as a step function: each replica's latest current value enters when it
+# arrives (replacing that replica's previous one if still current) and leaves when it goes stale.
+_DEPLOYMENT_STATES = f"""
+    WITH s AS (
+        SELECT *, lag(time) OVER r AS prev_time, lag(waiting) OVER r AS prev_waiting, lead(time) OVER r AS next_time
+        FROM engine_states_between(t0, t1)
+        WHERE deployment IS NOT NULL
+        WINDOW r AS (PARTITION BY replica_id ORDER BY time)
+    ),
+    events AS (
+        SELECT deployment, time,
+               coalesce(waiting, 0) - CASE WHEN time - prev_time <= {_STALE} THEN coalesce(prev_waiting, 0) ELSE 0 END
+                   AS d_waiting,
+               CASE WHEN time - prev_time <= {_STALE} THEN 0 ELSE 1 END AS d_replicas
+        FROM s
+        UNION ALL
+        SELECT deployment, time + {_STALE}, -coalesce(waiting, 0), -1
+        FROM s
+        WHERE next_time IS NULL OR next_time - time > {_STALE}
+    )
+    SELECT deployment, time,
+           sum(d_waiting) OVER d AS waiting,
+           sum(d_replicas) OVER d AS replicas
+    FROM events
+    WINDOW d AS (PARTITION BY deployment ORDER BY time RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+"""
+
+# Replica state before a request needs the hour the request may have run, and two intervals more.
+_LOW, _HIGH = "t0::TIMESTAMP - INTERVAL 2 HOUR", "t1::TIMESTAMP + INTERVAL 1 HOUR"
+
+
+# The columns a span may carry itself and the join fills otherwise: (column, value from the engines).
+_FILLED = (
+    ("queue_depth", "CAST(round(d_waiting) AS BIGINT)"),
+    ("replica_count", "CAST(d_replicas AS BIGINT)"),
+    (
+        "cache_hit_ratio",
+        "coalesce(CASE WHEN d_queries > 0 THEN least(1.0, d_hits / d_queries) END, "
+        "CASE WHEN at_arrival THEN a_rate END)",
+    ),
+)
+_INTERNAL = (
+    "at_arrival", "lifetime", "a_waiting", "a_running", "a_kv", "a_rate", "d_queries", "d_hits", "d_preemptions",
+    "d_step_tokens", "d_steps", "d_waiting", "d_replicas",
+)  # fmt: skip
+_REPLACED = ", ".join(f"coalesce({c}, {v}) AS {c}" for c, v in _FILLED)
+_SOURCES = ", ".join(
+    f"CASE WHEN {c} IS NOT NULL THEN 'span' WHEN {v} IS NOT NULL THEN 'engine' END AS {c}_source" for c, v in _FILLED
+)
+
+
+def _delta(column: str) -> str:
+    return f"CASE WHEN lifetime THEN e.{column} - a.{column} END"
+
+
+_REQUESTS = f"""
+    WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
+    states AS MATERIALIZED (SELECT * FROM engine_states_between({_LOW}, {_HIGH})),
+    deployments AS MATERIALIZED (SELECT * FROM engine_deployment_states_between({_LOW}, {_HIGH})),
+    joined AS (
+        SELECT r.*,
+               a.time IS NOT NULL AND r.start_time - a.time <= {_STALE.replace("interval_s", "a.interval_s")}
+                   AS at_arrival,
+               a.time IS NOT NULL AND e.time IS NOT NULL
+                   AND r.start_time - a.time <= {_STALE.replace("interval_s", "a.interval_s")}
+                   AND e.time - r.end_time <= {_STALE.replace("interval_s", "e.interval_s")} AS lifetime,
+               a.waiting AS a_waiting, a.running AS a_running, a.kv_cache_usage AS a_kv, a.cache_hit_rate AS a_rate,
+               {_delta("cache_queries")} AS d_queries, {_delta("cache_hits")} AS d_hits,
+               {_delta("preemptions")} AS d_preemptions, {_delta("step_tokens")} AS d_step_tokens,
+               {_delta("steps")} AS d_steps,
+               CASE WHEN d.replicas > 0 THEN d.waiting END AS d_waiting,
+               CASE WHEN d.replicas > 0 THEN d.replicas END AS d_replicas
+        FROM r
+        ASOF LEFT JOIN states AS a ON a.replica_id = r.replica_id AND a.time <= r.start_time
+        ASOF LEFT JOIN states AS e ON e.replica_id = r.replica_id AND e.time >= r.end_time
+        ASOF LEFT JOIN deployments AS d ON d.deployment = r.deployment AND d.time <= r.start_time
+    )
+    SELECT * EXCLUDE ({", ".join(_INTERNAL)}) REPLACE ({_REPLACED}),
+           {_SOURCES},
+           CASE WHEN at_arrival THEN a_kv END AS kv_cache_usage,
+           CASE WHEN at_arrival THEN CAST(round(a_running) AS BIGINT) END AS running_requests,
+           CAST(round(d_preemptions) AS BIGINT) AS preemptions,
+           CASE WHEN d_steps > 0 THEN d_step_tokens / d_steps END AS step_tokens
+    FROM joined
+"""  # fmt: skip
+
+_VIEW = (
+    "CREATE OR REPLACE VIEW llm_requests AS "
+    "SELECT * FROM llm_requests_between('-infinity'::TIMESTAMP, 'infinity'::TIMESTAMP)"
+)
+
+
+def _macro_body(name: str) -> str:
+    body = (
+        op.get_bind()
+        .exec_driver_sql(f"SELECT macro_definition FROM duckdb_functions() WHERE function_name = '{name}'")
+        .scalar_one()
+    )
+    return str(body)
+
+
+def upgrade() -> None:
+    op.execute(_TABLE)
+    op.execute(_SCRAPE_TARGETS)
+    # The spans' request model, unchanged, under its own name; the public one joins it to the engines.
+    op.execute(f"CREATE MACRO llm_span_requests_between(t0, t1) AS TABLE {_macro_body('llm_requests_between')}")
+    op.execute(f"CREATE MACRO engine_states_between(t0, t1) AS TABLE {_STATES}")
+    op.execute(f"CREATE MACRO engine_deployment_states_between(t0, t1) AS TABLE {_DEPLOYMENT_STATES}")
+    op.execute(f"CREATE OR REPLACE MACRO llm_requests_between(t0, t1) AS TABLE {_REQUESTS}")
+    op.execute(_VIEW)
+
+
+def downgrade() -> None:
+    op.execute(
+        f"CREATE OR REPLACE MACRO llm_requests_between(t0, t1) AS TABLE {_macro_body('llm_span_requests_between')}"
+    )
+    op.execute(_VIEW)
+    op.execute("DROP MACRO TABLE engine_deployment_states_between")
+    op.execute("DROP MACRO TABLE engine_states_between")
+    op.execute("DROP MACRO TABLE llm_span_requests_between")
+    op.execute("DROP TABLE scrape_targets")
+    op.execute("DROP TABLE engine_metrics")
