@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from collector.metrics import IngestMetrics
-from collector.reasons import LogRejectReason, RequestRefusal, SpanRejectReason
+from collector.reasons import LogRejectReason, MetricRejectReason, RequestRefusal, SpanRejectReason
 from detectors.detection import DetectorMetrics
 from detectors.notify import NotifyMetrics
 from storage.duckdb import migrate
@@ -61,7 +61,7 @@ def test_every_detector_and_delivery_metric_is_documented() -> None:
 
 def test_every_reject_reason_and_refusal_is_documented() -> None:
     text = (DOCS / "ingest.md").read_text()
-    for reason in (*SpanRejectReason, *LogRejectReason):
+    for reason in (*SpanRejectReason, *LogRejectReason, *MetricRejectReason):
         assert f"| `{reason.value}` |" in text
     for refusal in RequestRefusal:
         assert re.search(rf"\b{refusal.value}\b", text), refusal

@@ -550,7 +550,7 @@ def test_traceloop_openai_062_span() -> None:
             "prefill_tokens_in_batch": None,
             "quantization": None,
             "tenant_id": None,  # gen_ai.user is not a tenant source
-            "replica_id": INSTANCE_ID,
+            "replica_id": "chat-frontend-5b7d9-qx8zt",  # the pod, not the process id
             "deployment": "chat-frontend",
         }
     )
@@ -887,7 +887,9 @@ def test_tenant_priority(resource: dict[str, Any], attributes: dict[str, Any], t
 @pytest.mark.parametrize(
     ("resource", "attributes", "replica"),
     [
-        ({"service.instance.id": "inst", "k8s.pod.name": "pod", "host.name": "host"}, {"replica_id": "r"}, "inst"),
+        # The pod name wins over the SDK's random per-process id: operators know the pod.
+        ({"service.instance.id": "inst", "k8s.pod.name": "pod", "host.name": "host"}, {"replica_id": "r"}, "pod"),
+        ({"service.instance.id": "inst", "host.name": "host", "vllm.process_id": "4121"}, {}, "inst"),
         ({"k8s.pod.name": "pod", "host.name": "host", "vllm.process_id": "4121"}, {}, "pod"),
         ({"host.name": "host", "vllm.process_id": "4121"}, {"replica_id": "r"}, "host"),
         ({"vllm.process_id": "4121"}, {"replica_id": "r"}, "r"),

@@ -137,60 +137,50 @@ _DEPLOYMENT_STATES = f"""
 _LOW, _HIGH = "t0::TIMESTAMP - INTERVAL 2 HOUR", "t1::TIMESTAMP + INTERVAL 1 HOUR"
 
 
-# The columns a span may carry itself and the join fills otherwise: (column, value from the engines).
-_FILLED = (
-    ("queue_depth", "CAST(round(d_waiting) AS BIGINT)"),
-    ("replica_count", "CAST(d_replicas AS BIGINT)"),
-    (
-        "cache_hit_ratio",
-        "coalesce(CASE WHEN d_queries > 0 THEN least(1.0, d_hits / d_queries) END, "
-        "CASE WHEN at_arrival THEN a_rate END)",
-    ),
-)
-_INTERNAL = (
-    "at_arrival", "lifetime", "a_waiting", "a_running", "a_kv", "a_rate", "d_queries", "d_hits", "d_preemptions",
-    "d_step_tokens", "d_steps", "d_waiting", "d_replicas",
-)  # fmt: skip
-_REPLACED = ", ".join(f"coalesce({c}, {v}) AS {c}" for c, v in _FILLED)
-_SOURCES = ", ".join(
-    f"CASE WHEN {c} IS NOT NULL THEN 'span' WHEN {v} IS NOT NULL THEN 'engine' END AS {c}_source" for c, v in _FILLED
-)
+def _stale(alias: str) -> str:
+    return _STALE.replace("interval_s", f"{alias}.interval_s")
+
+
+# `a`: the replica's last state at or before arrival; `e`: its first at or after the end; `d`: the deployment's.
+_AT_ARRIVAL = f"(r.start_time - a.time <= {_stale('a')})"
+_LIFETIME = f"({_AT_ARRIVAL} AND e.time - r.end_time <= {_stale('e')})"
 
 
 def _delta(column: str) -> str:
-    return f"CASE WHEN lifetime THEN e.{column} - a.{column} END"
+    return f"(CASE WHEN {_LIFETIME} THEN e.{column} - a.{column} END)"
 
+
+# The columns a span may carry itself and the join fills otherwise: (column, value from the engines).
+_FILLED = (
+    ("queue_depth", "(CASE WHEN d.replicas > 0 THEN CAST(round(d.waiting) AS BIGINT) END)"),
+    ("replica_count", "(CASE WHEN d.replicas > 0 THEN CAST(d.replicas AS BIGINT) END)"),
+    (
+        "cache_hit_ratio",
+        f"coalesce(CASE WHEN {_delta('cache_queries')} > 0 "
+        f"THEN least(1.0, {_delta('cache_hits')} / {_delta('cache_queries')}) END, "
+        f"CASE WHEN {_AT_ARRIVAL} THEN a.cache_hit_rate END)",
+    ),
+)
+_REPLACED = ", ".join(f"coalesce(r.{c}, {v}) AS {c}" for c, v in _FILLED)
+_SOURCES = ", ".join(
+    f"CASE WHEN r.{c} IS NOT NULL THEN 'span' WHEN {v} IS NOT NULL THEN 'engine' END AS {c}_source" for c, v in _FILLED
+)
 
 _REQUESTS = f"""
     WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
     states AS MATERIALIZED (SELECT * FROM engine_states_between({_LOW}, {_HIGH})),
-    deployments AS MATERIALIZED (SELECT * FROM engine_deployment_states_between({_LOW}, {_HIGH})),
-    joined AS (
-        SELECT r.*,
-               a.time IS NOT NULL AND r.start_time - a.time <= {_STALE.replace("interval_s", "a.interval_s")}
-                   AS at_arrival,
-               a.time IS NOT NULL AND e.time IS NOT NULL
-                   AND r.start_time - a.time <= {_STALE.replace("interval_s", "a.interval_s")}
-                   AND e.time - r.end_time <= {_STALE.replace("interval_s", "e.interval_s")} AS lifetime,
-               a.waiting AS a_waiting, a.running AS a_running, a.kv_cache_usage AS a_kv, a.cache_hit_rate AS a_rate,
-               {_delta("cache_queries")} AS d_queries, {_delta("cache_hits")} AS d_hits,
-               {_delta("preemptions")} AS d_preemptions, {_delta("step_tokens")} AS d_step_tokens,
-               {_delta("steps")} AS d_steps,
-               CASE WHEN d.replicas > 0 THEN d.waiting END AS d_waiting,
-               CASE WHEN d.replicas > 0 THEN d.replicas END AS d_replicas
-        FROM r
-        ASOF LEFT JOIN states AS a ON a.replica_id = r.replica_id AND a.time <= r.start_time
-        ASOF LEFT JOIN states AS e ON e.replica_id = r.replica_id AND e.time >= r.end_time
-        ASOF LEFT JOIN deployments AS d ON d.deployment = r.deployment AND d.time <= r.start_time
-    )
-    SELECT * EXCLUDE ({", ".join(_INTERNAL)}) REPLACE ({_REPLACED}),
+    deployments AS MATERIALIZED (SELECT * FROM engine_deployment_states_between({_LOW}, {_HIGH}))
+    SELECT r.* REPLACE ({_REPLACED}),
            {_SOURCES},
-           CASE WHEN at_arrival THEN a_kv END AS kv_cache_usage,
-           CASE WHEN at_arrival THEN CAST(round(a_running) AS BIGINT) END AS running_requests,
-           CAST(round(d_preemptions) AS BIGINT) AS preemptions,
-           CASE WHEN d_steps > 0 THEN d_step_tokens / d_steps END AS step_tokens
-    FROM joined
-"""  # fmt: skip
+           CASE WHEN {_AT_ARRIVAL} THEN a.kv_cache_usage END AS kv_cache_usage,
+           CASE WHEN {_AT_ARRIVAL} THEN CAST(round(a.running) AS BIGINT) END AS running_requests,
+           CAST(round({_delta("preemptions")}) AS BIGINT) AS preemptions,
+           CASE WHEN {_delta("steps")} > 0 THEN {_delta("step_tokens")} / {_delta("steps")} END AS step_tokens
+    FROM r
+    ASOF LEFT JOIN states AS a ON a.replica_id = r.replica_id AND a.time <= r.start_time
+    ASOF LEFT JOIN states AS e ON e.replica_id = r.replica_id AND e.time >= r.end_time
+    ASOF LEFT JOIN deployments AS d ON d.deployment = r.deployment AND d.time <= r.start_time
+"""
 
 _VIEW = (
     "CREATE OR REPLACE VIEW llm_requests AS "
