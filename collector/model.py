@@ -171,3 +171,15 @@ ENGINE_METRIC_BATCH_SCHEMA = batch_schema(ENGINE_METRIC_COLUMNS)
 LLM_COLUMNS = [(c.name, c.type) for c in SPAN_COLUMNS if c.origin is Origin.ATTRIBUTES]
 LLM_FIELDS = tuple(name for name, _ in LLM_COLUMNS)
 LLM_TYPES: dict[str, pa.DataType] = dict(LLM_COLUMNS)
+
+# Request-model columns that engine metrics fill (a span's own value wins) or alone provide: the join
+# (migration 0009) costs a read something only when it asks for one of them.
+ENGINE_FILLED = ("queue_depth", "replica_count", "cache_hit_ratio")
+ENGINE_JOINED = (
+    *ENGINE_FILLED,
+    *(f"{c}_source" for c in ENGINE_FILLED),
+    "kv_cache_usage",
+    "running_requests",
+    "preemptions",
+    "step_tokens",
+)

@@ -306,31 +306,37 @@ CREATE TABLE traffic_pattern_labels (
 --   waiting DOUBLE
 --   running DOUBLE
 --   kv_cache_usage DOUBLE
+--   cache_hit_rate DOUBLE
 --   cache_queries DOUBLE
 --   cache_hits DOUBLE
---   cache_hit_rate DOUBLE
 --   preemptions DOUBLE
 --   step_tokens DOUBLE
 --   steps DOUBLE
-CREATE MACRO engine_states_between(t0, t1) AS TABLE WITH points AS (SELECT replica_id, any_value(deployment) AS
-    deployment, metric, "name", attributes, "time", any_value(kind) AS kind, any_value(start_time) AS start_time,
-    max("value") AS "value", max(interval_s) AS interval_s FROM engine_metrics WHERE ((metric IS NOT NULL) AND
-    (replica_id IS NOT NULL) AND ("time" >= CAST(t0 AS TIMESTAMP)) AND ("time" < CAST(t1 AS TIMESTAMP))) GROUP BY
-    replica_id, metric, "name", attributes, "time"), steps AS (SELECT *, lag("value") OVER (PARTITION BY replica_id,
-    metric, "name", attributes ORDER BY "time") AS prev, lag(start_time) OVER (PARTITION BY replica_id, metric,
-    "name", attributes ORDER BY "time") AS prev_start FROM points), levels AS (SELECT replica_id, deployment,
-    metric, "time", interval_s, CASE WHEN ((kind = 'gauge')) THEN ("value") ELSE sum(CASE WHEN ((kind = 'delta'))
-    THEN ("value") WHEN ((prev IS NULL)) THEN (0) WHEN ((("value" < prev) OR (start_time IS DISTINCT FROM
-    prev_start))) THEN ("value") ELSE ("value" - prev) END) OVER (PARTITION BY replica_id, metric, "name",
-    attributes ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS "level" FROM steps) SELECT
-    replica_id, any_value(deployment) AS deployment, "time", max(interval_s) AS interval_s, sum("level") FILTER
-    (WHERE (metric = 'requests_waiting')) AS waiting, sum("level") FILTER (WHERE (metric = 'requests_running')) AS
-    running, max("level") FILTER (WHERE (metric = 'kv_cache_usage')) AS kv_cache_usage, sum("level") FILTER (WHERE
-    (metric = 'prefix_cache_queries')) AS cache_queries, sum("level") FILTER (WHERE (metric = 'prefix_cache_hits'))
-    AS cache_hits, avg("level") FILTER (WHERE (metric = 'cache_hit_rate')) AS cache_hit_rate, sum("level") FILTER
-    (WHERE (metric = 'preemptions')) AS preemptions, sum("level") FILTER (WHERE (metric = 'step_tokens_sum')) AS
-    step_tokens, sum("level") FILTER (WHERE (metric = 'step_tokens_count')) AS steps FROM levels GROUP BY
-    replica_id, "time";
+CREATE MACRO engine_states_between(t0, t1) AS TABLE WITH points AS (SELECT hash(replica_id, deployment, "name",
+    attributes) AS series, "time", any_value(replica_id) AS replica_id, any_value(deployment) AS deployment,
+    any_value(metric) AS metric, any_value(kind) AS kind, any_value(start_time) AS start_time, max("value") AS
+    "value", max(interval_s) AS interval_s FROM engine_metrics WHERE ((metric IS NOT NULL) AND (replica_id IS NOT
+    NULL) AND ("time" >= CAST(t0 AS TIMESTAMP)) AND ("time" < CAST(t1 AS TIMESTAMP))) GROUP BY series, "time"),
+    increments AS (SELECT replica_id, deployment, metric, "time", interval_s, kind, CASE WHEN ((kind = 'gauge'))
+    THEN ("value") WHEN ((kind = 'delta')) THEN ("value") WHEN ((prev IS NULL)) THEN (0) WHEN ((("value" < prev) OR
+    (start_time IS DISTINCT FROM prev_start))) THEN ("value") ELSE ("value" - prev) END AS amount FROM (SELECT *,
+    lag("value") OVER (PARTITION BY series ORDER BY "time") AS prev, lag(start_time) OVER (PARTITION BY series ORDER
+    BY "time") AS prev_start FROM points)), pivoted AS (SELECT replica_id, deployment, "time", max(interval_s) AS
+    interval_s, sum(amount) FILTER (WHERE (metric = 'requests_waiting')) AS waiting, sum(amount) FILTER (WHERE
+    (metric = 'requests_running')) AS running, max(amount) FILTER (WHERE (metric = 'kv_cache_usage')) AS
+    kv_cache_usage, avg(amount) FILTER (WHERE (metric = 'cache_hit_rate')) AS cache_hit_rate, sum(amount) FILTER
+    (WHERE (metric = 'prefix_cache_queries')) AS d_queries, sum(amount) FILTER (WHERE (metric =
+    'prefix_cache_hits')) AS d_hits, sum(amount) FILTER (WHERE (metric = 'preemptions')) AS d_preemptions,
+    sum(amount) FILTER (WHERE (metric = 'step_tokens_sum')) AS d_step_tokens, sum(amount) FILTER (WHERE (metric =
+    'step_tokens_count')) AS d_steps FROM increments GROUP BY replica_id, deployment, "time") SELECT replica_id,
+    deployment, "time", interval_s, waiting, running, kv_cache_usage, cache_hit_rate, sum(d_queries) OVER (PARTITION
+    BY replica_id, deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cache_queries,
+    sum(d_hits) OVER (PARTITION BY replica_id, deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND
+    CURRENT ROW) AS cache_hits, sum(d_preemptions) OVER (PARTITION BY replica_id, deployment ORDER BY "time" ROWS
+    BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS preemptions, sum(d_step_tokens) OVER (PARTITION BY replica_id,
+    deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS step_tokens, sum(d_steps) OVER
+    (PARTITION BY replica_id, deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS steps
+    FROM pivoted;
 
 -- engine_deployment_states_between(t0, t1) returns:
 --   deployment VARCHAR
@@ -338,10 +344,10 @@ CREATE MACRO engine_states_between(t0, t1) AS TABLE WITH points AS (SELECT repli
 --   waiting DOUBLE
 --   replicas HUGEINT
 CREATE MACRO engine_deployment_states_between(t0, t1) AS TABLE WITH s AS (SELECT *, lag("time") OVER (PARTITION BY
-    replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY replica_id ORDER BY "time") AS
-    prev_waiting, lead("time") OVER (PARTITION BY replica_id ORDER BY "time") AS next_time FROM
-    engine_states_between(t0, t1) WHERE (deployment IS NOT NULL)), events AS ((SELECT deployment, "time",
-    (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) *
+    deployment, replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id
+    ORDER BY "time") AS prev_waiting, lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS
+    next_time FROM engine_states_between(t0, t1) WHERE (deployment IS NOT NULL)), events AS ((SELECT deployment,
+    "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS
     d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS d_replicas FROM s) UNION ALL
@@ -442,6 +448,21 @@ CREATE MACRO llm_span_requests_between(t0, t1) AS TABLE WITH llm AS NOT MATERIAL
     AS k ON (((k.trace_id = x.trace_id) AND (k.client_span_id = x.span_id)))) WHERE ((x.end_time >= CAST(t0 AS
     TIMESTAMP)) AND (x.end_time < CAST(t1 AS TIMESTAMP)) AND (k.client_span_id IS NULL));
 
+-- llm_request_scores_between(t0, t1) returns:
+--   trace_id VARCHAR
+--   span_id VARCHAR
+--   scored_span_id VARCHAR
+--   name VARCHAR
+--   score DOUBLE
+--   label VARCHAR
+--   source VARCHAR
+--   observed_at TIMESTAMP
+CREATE MACRO llm_request_scores_between(t0, t1) AS TABLE WITH r AS (SELECT trace_id, span_id,
+    unnest(list_value(client_span_id, server_span_id)) AS scored_span_id FROM llm_span_requests_between(t0, t1))
+    SELECT r.trace_id, r.span_id, sc.span_id AS scored_span_id, sc."name", sc.score, sc."label", sc."source",
+    sc.observed_at FROM (r INNER JOIN span_scores AS sc ON (((sc.trace_id = r.trace_id) AND (sc.span_id =
+    r.scored_span_id))));
+
 -- llm_requests_between(t0, t1) returns:
 --   trace_id VARCHAR
 --   span_id VARCHAR
@@ -486,9 +507,19 @@ CREATE MACRO llm_span_requests_between(t0, t1) AS TABLE WITH llm AS NOT MATERIAL
 CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
     states AS MATERIALIZED (SELECT * FROM engine_states_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(2
     AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))),
-    deployments AS MATERIALIZED (SELECT * FROM engine_deployment_states_between((CAST(t0 AS TIMESTAMP) -
-    to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))) SELECT r.* REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN
+    deployments AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY deployment, replica_id ORDER BY
+    "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS prev_waiting,
+    lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS next_time FROM states WHERE
+    (deployment IS NOT NULL)), events AS ((SELECT deployment, "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" -
+    prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))
+    THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 *
+    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS
+    d_replicas FROM s) UNION ALL (SELECT deployment, ("time" + (CAST((2e6 * interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE
+    ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT deployment, "time", sum(d_waiting) OVER
+    (PARTITION BY deployment ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY deployment ORDER BY
+    "time") AS replicas FROM events) SELECT r.* REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN
     (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN
     ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END) AS replica_count,
     COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((r.start_time - a."time") <= (CAST((2e6 *
@@ -540,22 +571,6 @@ CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_
     r.replica_id) AND (a."time" <= r.start_time)))) ASOF LEFT JOIN states AS e ON (((e.replica_id = r.replica_id)
     AND (e."time" >= r.end_time)))) ASOF LEFT JOIN deployments AS d ON (((d.deployment = r.deployment) AND (d."time"
     <= r.start_time))));
-
--- llm_request_scores_between(t0, t1) returns:
---   trace_id VARCHAR
---   span_id VARCHAR
---   scored_span_id VARCHAR
---   name VARCHAR
---   score DOUBLE
---   label VARCHAR
---   source VARCHAR
---   observed_at TIMESTAMP
-CREATE MACRO llm_request_scores_between(t0, t1) AS TABLE (SELECT r.trace_id, r.span_id, sc.span_id AS
-    scored_span_id, sc."name", sc.score, sc."label", sc."source", sc.observed_at FROM (llm_requests_between(t0, t1)
-    AS r INNER JOIN span_scores AS sc ON (((sc.trace_id = r.trace_id) AND (sc.span_id = r.client_span_id))))) UNION
-    ALL (SELECT r.trace_id, r.span_id, sc.span_id AS scored_span_id, sc."name", sc.score, sc."label", sc."source",
-    sc.observed_at FROM (llm_requests_between(t0, t1) AS r INNER JOIN span_scores AS sc ON (((sc.trace_id =
-    r.trace_id) AND (sc.span_id = r.server_span_id)))));
 
 -- cache_curve_hourly_between(t0, t1) returns:
 --   window_start TIMESTAMP
@@ -735,6 +750,18 @@ CREATE MACRO traffic_pattern_hourly_between(t0, t1) AS TABLE WITH grouped AS (SE
 CREATE VIEW cache_curve_hourly AS SELECT * FROM cache_curve_hourly_between(CAST('-infinity' AS TIMESTAMP),
     CAST('infinity' AS TIMESTAMP));
 
+-- llm_request_scores:
+--   trace_id VARCHAR
+--   span_id VARCHAR
+--   scored_span_id VARCHAR
+--   name VARCHAR
+--   score DOUBLE
+--   label VARCHAR
+--   source VARCHAR
+--   observed_at TIMESTAMP
+CREATE VIEW llm_request_scores AS SELECT * FROM llm_request_scores_between(CAST('-infinity' AS TIMESTAMP),
+    CAST('infinity' AS TIMESTAMP));
+
 -- llm_requests:
 --   trace_id VARCHAR
 --   span_id VARCHAR
@@ -778,21 +805,6 @@ CREATE VIEW cache_curve_hourly AS SELECT * FROM cache_curve_hourly_between(CAST(
 --   step_tokens DOUBLE
 CREATE VIEW llm_requests AS SELECT * FROM llm_requests_between(CAST('-infinity' AS TIMESTAMP), CAST('infinity' AS
     TIMESTAMP));
-
--- llm_request_scores:
---   trace_id VARCHAR
---   span_id VARCHAR
---   scored_span_id VARCHAR
---   name VARCHAR
---   score DOUBLE
---   label VARCHAR
---   source VARCHAR
---   observed_at TIMESTAMP
-CREATE VIEW llm_request_scores AS (SELECT r.trace_id, r.span_id, sc.span_id AS scored_span_id, sc."name", sc.score,
-    sc."label", sc."source", sc.observed_at FROM (llm_requests AS r INNER JOIN span_scores AS sc ON (((sc.trace_id =
-    r.trace_id) AND (sc.span_id = r.client_span_id))))) UNION ALL (SELECT r.trace_id, r.span_id, sc.span_id AS
-    scored_span_id, sc."name", sc.score, sc."label", sc."source", sc.observed_at FROM (llm_requests AS r INNER JOIN
-    span_scores AS sc ON (((sc.trace_id = r.trace_id) AND (sc.span_id = r.server_span_id)))));
 
 -- replica_comparison_hourly:
 --   window_start TIMESTAMP

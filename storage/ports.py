@@ -55,6 +55,35 @@ class SpanSink(Protocol):
         ...
 
 
+# ---- what the scraper reports ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetHealth:
+    """One scrape of one target (metrics.scrape.targets), as its `scrape_targets` row records it.
+
+    `error` is None when the page's points were handed to storage; otherwise why not (`timeout`,
+    `http_503`, `parse_error`, `connection`, `overloaded`). `up`: the target answered with a page.
+    """
+
+    url: str
+    replica_id: str | None
+    deployment: str | None
+    up: bool
+    scraped_at: datetime
+    error: str | None
+    points: int
+    seconds: float
+
+
+class ScrapeHealth(Protocol):
+    """Where each round's target health goes: one row per target, replacing the one before."""
+
+    def record(self, rows: Sequence[TargetHealth]) -> Future[None]:
+        """Queue the rows; a target's last success survives a failed scrape. Resolves once stored."""
+        ...
+
+
 # ---- what a detector reads ----------------------------------------------------------------------
 # Every read returns Arrow with a 64-bit `request_key` per request (the same for a request's scores,
 # labels and row), so frames join on one integer; the two id strings come only when asked for, where
@@ -311,6 +340,8 @@ class Storage(Protocol):
     def analyst(self) -> AnalystSQL: ...
     @property
     def retention(self) -> SpanRetention: ...
+    @property
+    def scrape_health(self) -> ScrapeHealth: ...
 
     def stop_writes(self) -> None:
         """Commit everything queued and take no more writes. Idempotent."""

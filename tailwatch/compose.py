@@ -12,6 +12,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from collector.metrics import IngestMetrics
+from collector.normalize import build_plan
+from collector.scrape import Scraper
 from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
 from detectors.notify import Notifier
 from storage.duckdb import analyst
@@ -65,6 +68,29 @@ def detection_pass(
         settings.detector_configs(),
         sink=sink,
         metrics=DetectorMetrics(registry) if registry is not None else None,
+    )
+
+
+def scraper(
+    settings: Settings,
+    storage: DuckDBStorage,
+    *,
+    registry: CollectorRegistry | None = None,
+    ingest_metrics: IngestMetrics | None = None,
+) -> Scraper | None:
+    """Scrape mode over `storage`: None when no targets are configured."""
+    m = settings.metrics
+    if not m.scrape.targets:
+        return None
+    return Scraper(
+        m.scrape.targets,
+        names=m.engine_names(),
+        plan=build_plan(settings.normalize),
+        sink=storage.sink,
+        health=storage.scrape_health,
+        timeout_seconds=m.scrape.timeout_seconds,
+        registry=registry,
+        ingest_metrics=ingest_metrics,
     )
 
 

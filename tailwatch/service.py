@@ -17,6 +17,7 @@ from collector.grpc_receiver import GrpcReceiver
 from collector.http_receiver import HttpReceiver
 from collector.metrics import IngestMetrics
 from collector.pipeline import IngestPipeline
+from collector.scrape import Scraper
 from detectors.detection import DetectionPass
 from detectors.notify import Notifier
 from detectors.scheduler import schedule
@@ -24,7 +25,7 @@ from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.readers import Reader
 from storage.duckdb.writer import Writer
 from tailwatch.api import api_app
-from tailwatch.compose import detection_pass, notifier, open_storage
+from tailwatch.compose import detection_pass, notifier, open_storage, scraper
 from tailwatch.settings import Settings
 
 log = logging.getLogger("tailwatch")
@@ -55,6 +56,7 @@ class Service:
         self._api_runner: web.AppRunner | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._notifier: Notifier | None = None
+        self._scraper: Scraper | None = None
         self.detection: DetectionPass | None = None
         self._ready = False
         self._stopped = False
@@ -81,9 +83,10 @@ class Service:
         s = self.settings
         started = time.perf_counter()
         self._storage = storage = open_storage(s, self.registry)
+        ingest_metrics = IngestMetrics(self.registry)
         self._pipeline = IngestPipeline(
             storage.sink,
-            IngestMetrics(self.registry),
+            ingest_metrics,
             decode_workers=s.ingest.decode_workers,
             max_inflight_bytes=s.ingest.max_inflight_bytes,
             normalize=s.normalize,
@@ -129,6 +132,10 @@ class Service:
         )
         detectors = schedule(self._scheduler, self.detection)
         self._scheduler.start()
+        # Its own thread rather than a scheduler job: one hanging target must not hold up the next round.
+        self._scraper = scraper(s, storage, registry=self.registry, ingest_metrics=ingest_metrics)
+        if self._scraper is not None:
+            self._scraper.start()
         self._ready = True
         # Decoder processes start in the background so the ports answer at once.
         asyncio.get_running_loop().run_in_executor(None, self._pipeline.warm_up)
@@ -168,6 +175,8 @@ class Service:
         loop = asyncio.get_running_loop()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
+        if self._scraper is not None:
+            await loop.run_in_executor(None, self._scraper.stop)
         # Close both OTLP ports first; requests already inside get `grace` seconds to be answered.
         stops: list[Awaitable[None]] = [loop.run_in_executor(None, self._grpc.stop, grace)] if self._grpc else []
         if self._http_runner is not None:

@@ -149,9 +149,7 @@ def test_a_replica_that_stopped_reporting_two_intervals_ago_is_gone(storage: Sto
     times = every_5s(T0 - timedelta(minutes=1), T0 + timedelta(minutes=1))
     store_metrics(storage, pod("pod-a", [gauge("vllm:num_requests_waiting", [(t, 2.0) for t in times])]))
     # pod-b's last point is at T0: current until T0+10 s, gone after.
-    store_metrics(
-        storage, pod("pod-b", [gauge("vllm:num_requests_waiting", [(t, 3.0) for t in times if t <= ns(T0)])])
-    )
+    store_metrics(storage, pod("pod-b", [gauge("vllm:num_requests_waiting", [(t, 3.0) for t in times if t <= ns(T0)])]))
     store_spans(
         storage,
         [

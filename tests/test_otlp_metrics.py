@@ -61,7 +61,8 @@ def test_the_sdk_exporters_points_are_stored_with_their_canonical_metric(svc: Ru
     )
     export_with_sdk(exporter)
     rows = svc.rows(
-        "SELECT name, metric, kind, value, replica_id, deployment, model, engine, source FROM engine_metrics ORDER BY name"
+        "SELECT name, metric, kind, value, replica_id, deployment, model, engine, source "
+        "FROM engine_metrics ORDER BY name"
     )
     assert rows == [
         ("vllm_iteration_tokens_total_count", "step_tokens_count", "cumulative", 1.0, "vllm-llama8b-0",

@@ -66,54 +66,68 @@ _STALE = "(CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)"
 
 _STATES = """
     WITH points AS (
-        -- A retried export stores a point twice: one value per series and time.
-        SELECT replica_id, any_value(deployment) AS deployment, metric, name, attributes, time,
-               any_value(kind) AS kind, any_value(start_time) AS start_time, max(value) AS value,
-               max(interval_s) AS interval_s
+        -- One value per series and time: a retried export stores a point twice. The series is hashed
+        -- once so the window below sorts integers, not label JSON.
+        SELECT hash(replica_id, deployment, name, attributes) AS series, time,
+               any_value(replica_id) AS replica_id, any_value(deployment) AS deployment,
+               any_value(metric) AS metric, any_value(kind) AS kind, any_value(start_time) AS start_time,
+               max(value) AS value, max(interval_s) AS interval_s
         FROM engine_metrics
         WHERE metric IS NOT NULL AND replica_id IS NOT NULL
           AND time >= t0::TIMESTAMP AND time < t1::TIMESTAMP
-        GROUP BY replica_id, metric, name, attributes, time
+        GROUP BY series, time
     ),
-    steps AS (
-        SELECT *, lag(value) OVER series AS prev, lag(start_time) OVER series AS prev_start
-        FROM points
-        WINDOW series AS (PARTITION BY replica_id, metric, name, attributes ORDER BY time)
+    increments AS (
+        -- What each point adds: a gauge its level; a counter its growth since the series' previous point
+        -- (a drop, or a new start time, is a reset: it grew by its whole value); a delta point itself.
+        SELECT replica_id, deployment, metric, time, interval_s, kind,
+               CASE WHEN kind = 'gauge' THEN value
+                    WHEN kind = 'delta' THEN value
+                    WHEN prev IS NULL THEN 0
+                    WHEN value < prev OR start_time IS DISTINCT FROM prev_start THEN value
+                    ELSE value - prev END AS amount
+        FROM (
+            SELECT *, lag(value) OVER series AS prev, lag(start_time) OVER series AS prev_start
+            FROM points
+            WINDOW series AS (PARTITION BY series ORDER BY time)
+        )
     ),
-    levels AS (
-        -- Counters become levels that only grow from the first point in range: differences are what count.
-        SELECT replica_id, deployment, metric, time, interval_s,
-               CASE WHEN kind = 'gauge' THEN value ELSE sum(
-                   CASE WHEN kind = 'delta' THEN value
-                        WHEN prev IS NULL THEN 0
-                        WHEN value < prev OR start_time IS DISTINCT FROM prev_start THEN value
-                        ELSE value - prev END
-               ) OVER (PARTITION BY replica_id, metric, name, attributes ORDER BY time
-                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS level
-        FROM steps
+    pivoted AS (
+        SELECT replica_id, deployment, time, max(interval_s) AS interval_s,
+               sum(amount) FILTER (WHERE metric = 'requests_waiting') AS waiting,
+               sum(amount) FILTER (WHERE metric = 'requests_running') AS running,
+               max(amount) FILTER (WHERE metric = 'kv_cache_usage') AS kv_cache_usage,
+               avg(amount) FILTER (WHERE metric = 'cache_hit_rate') AS cache_hit_rate,
+               sum(amount) FILTER (WHERE metric = 'prefix_cache_queries') AS d_queries,
+               sum(amount) FILTER (WHERE metric = 'prefix_cache_hits') AS d_hits,
+               sum(amount) FILTER (WHERE metric = 'preemptions') AS d_preemptions,
+               sum(amount) FILTER (WHERE metric = 'step_tokens_sum') AS d_step_tokens,
+               sum(amount) FILTER (WHERE metric = 'step_tokens_count') AS d_steps
+        FROM increments
+        GROUP BY replica_id, deployment, time
     )
-    SELECT replica_id, any_value(deployment) AS deployment, time, max(interval_s) AS interval_s,
-           sum(level) FILTER (WHERE metric = 'requests_waiting') AS waiting,
-           sum(level) FILTER (WHERE metric = 'requests_running') AS running,
-           max(level) FILTER (WHERE metric = 'kv_cache_usage') AS kv_cache_usage,
-           sum(level) FILTER (WHERE metric = 'prefix_cache_queries') AS cache_queries,
-           sum(level) FILTER (WHERE metric = 'prefix_cache_hits') AS cache_hits,
-           avg(level) FILTER (WHERE metric = 'cache_hit_rate') AS cache_hit_rate,
-           sum(level) FILTER (WHERE metric = 'preemptions') AS preemptions,
-           sum(level) FILTER (WHERE metric = 'step_tokens_sum') AS step_tokens,
-           sum(level) FILTER (WHERE metric = 'step_tokens_count') AS steps
-    FROM levels
-    GROUP BY replica_id, time
+    -- Counters as levels that grow from the first point in range: subtract two rows for the growth between.
+    SELECT replica_id, deployment, time, interval_s, waiting, running, kv_cache_usage, cache_hit_rate,
+           sum(d_queries) OVER replica AS cache_queries,
+           sum(d_hits) OVER replica AS cache_hits,
+           sum(d_preemptions) OVER replica AS preemptions,
+           sum(d_step_tokens) OVER replica AS step_tokens,
+           sum(d_steps) OVER replica AS steps
+    FROM pivoted
+    WINDOW replica AS (PARTITION BY replica_id, deployment ORDER BY time
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """
+
 
 # The deployment's totals as a step function: each replica's latest current value enters when it
 # arrives (replacing that replica's previous one if still current) and leaves when it goes stale.
-_DEPLOYMENT_STATES = f"""
+def _deployment_states(states: str) -> str:
+    return f"""
     WITH s AS (
         SELECT *, lag(time) OVER r AS prev_time, lag(waiting) OVER r AS prev_waiting, lead(time) OVER r AS next_time
-        FROM engine_states_between(t0, t1)
+        FROM {states}
         WHERE deployment IS NOT NULL
-        WINDOW r AS (PARTITION BY replica_id ORDER BY time)
+        WINDOW r AS (PARTITION BY deployment, replica_id ORDER BY time)
     ),
     events AS (
         SELECT deployment, time,
@@ -132,6 +146,7 @@ _DEPLOYMENT_STATES = f"""
     FROM events
     WINDOW d AS (PARTITION BY deployment ORDER BY time RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """
+
 
 # Replica state before a request needs the hour the request may have run, and two intervals more.
 _LOW, _HIGH = "t0::TIMESTAMP - INTERVAL 2 HOUR", "t1::TIMESTAMP + INTERVAL 1 HOUR"
@@ -169,7 +184,7 @@ _SOURCES = ", ".join(
 _REQUESTS = f"""
     WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
     states AS MATERIALIZED (SELECT * FROM engine_states_between({_LOW}, {_HIGH})),
-    deployments AS MATERIALIZED (SELECT * FROM engine_deployment_states_between({_LOW}, {_HIGH}))
+    deployments AS MATERIALIZED ({_deployment_states("states")})
     SELECT r.* REPLACE ({_REPLACED}),
            {_SOURCES},
            CASE WHEN {_AT_ARRIVAL} THEN a.kv_cache_usage END AS kv_cache_usage,
@@ -197,15 +212,53 @@ def _macro_body(name: str) -> str:
     return str(body)
 
 
+# A request's scores need only its ids, so they are read from the spans' model, never through the join;
+# and each request's two span ids are unnested into one join with the scores instead of a UNION ALL of
+# two, which computed the pairing twice and ran out of DuckDB's default memory on a day of requests.
+_SCORES = """
+    WITH r AS (
+        SELECT trace_id, span_id, unnest([client_span_id, server_span_id]) AS scored_span_id
+        FROM llm_span_requests_between(t0, t1)
+    )
+    SELECT r.trace_id, r.span_id, sc.span_id AS scored_span_id, sc.name, sc.score, sc.label, sc.source,
+           sc.observed_at
+    FROM r JOIN span_scores AS sc ON sc.trace_id = r.trace_id AND sc.span_id = r.scored_span_id
+"""
+# As 0003 left it, for the downgrade.
+_SCORES_0003 = """
+    SELECT r.trace_id, r.span_id, sc.span_id AS scored_span_id, sc.name, sc.score, sc.label, sc.source,
+           sc.observed_at
+    FROM llm_requests_between(t0, t1) AS r
+    JOIN span_scores AS sc ON sc.trace_id = r.trace_id AND sc.span_id = r.client_span_id
+    UNION ALL
+    SELECT r.trace_id, r.span_id, sc.span_id AS scored_span_id, sc.name, sc.score, sc.label, sc.source,
+           sc.observed_at
+    FROM llm_requests_between(t0, t1) AS r
+    JOIN span_scores AS sc ON sc.trace_id = r.trace_id AND sc.span_id = r.server_span_id
+"""
+
+
+def _scores(sql: str) -> None:
+    op.execute(f"CREATE OR REPLACE MACRO llm_request_scores_between(t0, t1) AS TABLE {sql}")
+    op.execute(
+        "CREATE OR REPLACE VIEW llm_request_scores AS "
+        "SELECT * FROM llm_request_scores_between('-infinity'::TIMESTAMP, 'infinity'::TIMESTAMP)"
+    )
+
+
 def upgrade() -> None:
     op.execute(_TABLE)
     op.execute(_SCRAPE_TARGETS)
     # The spans' request model, unchanged, under its own name; the public one joins it to the engines.
     op.execute(f"CREATE MACRO llm_span_requests_between(t0, t1) AS TABLE {_macro_body('llm_requests_between')}")
     op.execute(f"CREATE MACRO engine_states_between(t0, t1) AS TABLE {_STATES}")
-    op.execute(f"CREATE MACRO engine_deployment_states_between(t0, t1) AS TABLE {_DEPLOYMENT_STATES}")
+    op.execute(
+        f"CREATE MACRO engine_deployment_states_between(t0, t1) AS TABLE "
+        f"{_deployment_states('engine_states_between(t0, t1)')}"
+    )
     op.execute(f"CREATE OR REPLACE MACRO llm_requests_between(t0, t1) AS TABLE {_REQUESTS}")
     op.execute(_VIEW)
+    _scores(_SCORES)
 
 
 def downgrade() -> None:

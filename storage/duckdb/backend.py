@@ -15,6 +15,7 @@ from storage.duckdb.detector_store import DuckDBDetectorStore
 from storage.duckdb.readers import Reader
 from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
 from storage.duckdb.retention import delete_expired
+from storage.duckdb.scrape_health import DuckDBScrapeHealth
 from storage.duckdb.writer import Writer, WriterMetrics
 
 
@@ -48,6 +49,7 @@ class DuckDBStorage:
         self.alert_queries = DuckDBAlertQueries(self.windows)
         self.analyst = AnalystQueries(con, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
         self.retention = DuckDBRetention(writer)
+        self.scrape_health = DuckDBScrapeHealth(writer)
         self.reader = Reader(con)
         self._closed = False
 

@@ -14,6 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.model import ENGINE_JOINED
 from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores
 
 # DuckDB computes the key each frame carries: one 64-bit integer per request instead of two strings.
@@ -57,6 +58,13 @@ def _not_null(columns: Iterable[str]) -> str:
     return f" WHERE {' AND '.join(terms)}" if terms else ""
 
 
+def _requests_macro(columns: Iterable[str | None]) -> str:
+    """The request model a read needs: joined to engine metrics only when it asks for an engine column."""
+    if any(c in ENGINE_JOINED for c in columns):
+        return "llm_requests_between"
+    return "llm_span_requests_between"
+
+
 def _measure(m: Measure) -> str:
     if m.aggregate is Aggregate.COUNT:
         value = "count(*)"
@@ -84,7 +92,9 @@ class DuckDBWindowSource:
         columns = ["hash(r.trace_id, r.span_id) AS request_key"]
         columns += ["r.trace_id", "r.span_id"] if read.ids else []
         columns += [f"r.{_column(c)}" for c in read.columns]
-        source = "llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP) AS r"
+        # The traffic labels were stored per replica_count, which the join may have filled.
+        needed = (*read.columns, *read.require, *(("replica_count",) if read.traffic_pattern else ()))
+        source = f"{_requests_macro(needed)}(?::TIMESTAMP, ?::TIMESTAMP) AS r"
         params: list[Any] = [read.window.start, read.window.end]
         if read.traffic_pattern:
             # The stored labels are one row per (deployment, arrival second, replica_count) of a window:
@@ -138,7 +148,8 @@ class DuckDBWindowSource:
         return self.arrow(
             f"SELECT {names + ', ' if grouped else ''}{which}::INTEGER AS grouping_set, "
             f"{', '.join(map(_measure, read.measures))} "
-            f"FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP){_not_null(map(_column, read.require))}"
+            f"FROM {_requests_macro([*grouped, *read.require, *(m.column for m in read.measures)])}"
+            f"(?::TIMESTAMP, ?::TIMESTAMP){_not_null(map(_column, read.require))}"
             + (f" GROUP BY GROUPING SETS ({sets})" if grouped else ""),
             (read.window.start, read.window.end),
         )
