@@ -78,7 +78,10 @@ class PointColumns:
         self._names = names
         self._plan = plan
         self._source = source
-        self._replica_sources = plan.sources["replica_id"]
+        self._label_keys = {
+            field: frozenset(src.key for src in plan.sources[field] if src.scope == "span")
+            for field in ("replica_id", "deployment")
+        }
         self.rejections = Rejections()
         self.unjoined: Counter[MetricUnjoined] = Counter()
         self.points = 0
@@ -111,10 +114,14 @@ class PointColumns:
             canonical = found[0]
         self.points += 1
         labels = point.labels
-        # Most points carry no label that names a replica: the resource's answer, resolved once, stands.
-        replica = origin.replica_id
-        if labels and any(src.scope == "span" and src.key in labels for src in self._replica_sources):
-            replica = resolve(self._plan, "replica_id", origin.resource, labels)
+        # Most points carry no label that names a replica or deployment (Ray Serve's do): the
+        # resource's answer, resolved once, stands.
+        replica, deployment = origin.replica_id, origin.deployment
+        if labels:
+            if self._named_by(labels, "replica_id"):
+                replica = resolve(self._plan, "replica_id", origin.resource, labels)
+            if self._named_by(labels, "deployment"):
+                deployment = resolve(self._plan, "deployment", origin.resource, labels)
         model = labels.get("model_name", labels.get("model"))
         engine = labels.get("engine")
         shared = (
@@ -122,7 +129,7 @@ class PointColumns:
             point.time_ns,
             point.start_ns or None,
             replica,
-            origin.deployment,
+            deployment,
             None if model is None else str(model),
             None if engine is None else str(engine),
             orjson.dumps(labels).decode(),
@@ -134,6 +141,9 @@ class PointColumns:
         if not math.isnan(point.value):
             self._row(f"{point.name}_sum", _part(canonical, "sum"), point.value, shared)
         self._row(f"{point.name}_count", _part(canonical, "count"), float(point.count or 0), shared)
+
+    def _named_by(self, labels: dict[str, Any], field: str) -> bool:
+        return not self._label_keys[field].isdisjoint(labels)
 
     def _row(self, name: str, metric: str | None, value: float, shared: tuple[Any, ...]) -> None:
         c = self._cols

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from collector.engine_names import ENGINE_METRICS
 from collector.metrics import IngestMetrics
 from collector.reasons import LogRejectReason, MetricRejectReason, RequestRefusal, SpanRejectReason
 from detectors.detection import DetectorMetrics
@@ -75,3 +76,11 @@ def test_every_column_of_the_public_tables_is_in_the_column_reference(tmp_path: 
         for column, *_rest in con.execute(f"DESCRIBE {table}").fetchall():
             assert f"`{column}`" in text, f"{table}.{column}"
     con.close()
+
+
+def test_the_engine_metric_names_page_lists_every_name_of_every_canonical_metric() -> None:
+    text = (DOCS / "engine-metrics.md").read_text()
+    for canonical, metric in ENGINE_METRICS.items():
+        rows = [line for line in text.splitlines() if line.startswith(f"| `{canonical}` | {metric.kind.value} |")]
+        assert len(rows) == 1, f"docs/engine-metrics.md needs one name-table row for {canonical}"
+        assert all(f"`{name}`" in rows[0] for name in metric.names), canonical

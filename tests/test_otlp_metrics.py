@@ -224,3 +224,25 @@ def test_a_malformed_metrics_body_is_400_and_nothing_is_stored(svc: RunningServi
     assert status == 400
     assert "ExportMetricsServiceRequest" in status_pb2.Status.FromString(answer).message
     assert svc.rows("SELECT count(*) FROM engine_metrics") == [(0,)]
+
+
+def test_a_point_s_labels_name_its_replica_and_deployment_as_a_span_s_attributes_would(db_path: Path) -> None:
+    # Ray Serve reports every replica's figures from one process, naming each in the point's labels.
+    normalize = {
+        "replica_keys": ["span:replica", "resource:k8s.pod.name", "resource:service.instance.id"],
+        "deployment_keys": ["span:deployment", "resource:service.name"],
+    }
+    with RunningService(service_settings(db_path, normalize=normalize)) as svc:
+        labels = {"deployment": "llm-app", "replica": "llm-app#abc"}
+        body = metrics_request(
+            [
+                gauge("ray_serve_num_ongoing_requests_at_replicas", [(T0, 2.0)], labels),
+                gauge("ray_serve_deployment_queued_queries", [(T0, 1.0)], {"deployment": "llm-app"}),
+            ],
+            {"service.name": "ray", "service.instance.id": "10.0.0.9:8080"},
+        ).SerializeToString()
+        assert post(f"{svc.http_url}/v1/metrics", body, PROTOBUF)[0] == 200
+        assert sorted(svc.rows("SELECT metric, replica_id, deployment FROM engine_metrics")) == [
+            ("requests_running", "llm-app#abc", "llm-app"),
+            ("requests_waiting", "10.0.0.9:8080", "llm-app"),
+        ]
