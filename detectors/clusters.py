@@ -36,11 +36,11 @@ _MIN_OUTSIDE = 20
 REQUEST_COLUMNS = (
     "trace_id", "status_code", "tenant_id", "replica_id", "deployment", "model", "input_tokens",
     "tpot_ms", "e2e_ms", "cache_hit_ratio", "queue_depth", "replica_count", "quantization", "finish_reason",
-    "prefill_tokens_in_batch",
+    "prefill_tokens_in_batch", "kv_cache_usage", "preemptions",
 )  # fmt: skip
 DIMENSIONS = (
     "tenant_id", "replica_id", "model", "deployment", "quantization", "cache_bucket", "traffic_pattern",
-    "saturation_bucket", "prompt_bucket", "batch_prefill", "finish_reason", "status_code",
+    "saturation_bucket", "prompt_bucket", "batch_prefill", "kv_bucket", "preempted", "finish_reason", "status_code",
 )  # fmt: skip
 # Alert labels that name a request group, mapped to the dimension that holds it.
 ALERT_LABELS = {
@@ -56,6 +56,8 @@ FIXES: dict[str, str] = {
     "cache_bucket": "KV-cache pressure: raise gpu_memory_utilization or route long contexts to a dedicated deployment",
     "prompt_bucket": "route long contexts to a dedicated deployment with a larger KV cache",
     "batch_prefill": "long prefills stall decodes: enable chunked prefill or lower max_num_batched_tokens",
+    "kv_bucket": "the KV cache runs full: raise gpu_memory_utilization, lower max_num_seqs, or add replicas",
+    "preempted": "requests are preempted for KV space: lower max_num_seqs or max_num_batched_tokens, or add replicas",
     "tenant_id": "isolate the tenant or give it a priority lane",
     "quantization": "route structured outputs to the higher-precision variant",
     "traffic_pattern": "smooth bursts: rate-limit or queue at the gateway and pre-warm replicas",
@@ -65,8 +67,9 @@ FIXES: dict[str, str] = {
     "status_code": "read these requests' status messages: they fail rather than degrade",
 }
 # For a pair, the fix of the more actionable dimension: the order operators act in.
-FIX_ORDER = ("replica_id", "quantization", "saturation_bucket", "cache_bucket", "prompt_bucket", "batch_prefill",
-             "tenant_id", "traffic_pattern", "model", "deployment", "finish_reason", "status_code")  # fmt: skip
+FIX_ORDER = ("replica_id", "quantization", "saturation_bucket", "preempted", "kv_bucket", "cache_bucket",
+             "prompt_bucket", "batch_prefill", "tenant_id", "traffic_pattern", "model", "deployment", "finish_reason",
+             "status_code")  # fmt: skip
 
 
 class Config(DetectorConfig):
@@ -141,6 +144,12 @@ def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> tuple[p
         # token_latency's prefill_burst line: a batch with more prefill than this stalls its decodes.
         batch_prefill=pl.when(pl.col("prefill_tokens_in_batch") > 4000).then(_lit("4k+", PREFILL))
         .when(pl.col("prefill_tokens_in_batch").is_not_null()).then(_lit("<=4k", PREFILL)),
+        # Engine facts of the request's replica (joined engine metrics): token_latency's kv_pressure line.
+        kv_bucket=pl.when(pl.col("kv_cache_usage") >= 0.95).then(_lit("95%+", KV))
+        .when(pl.col("kv_cache_usage") >= 0.8).then(_lit("80-95%", KV))
+        .when(pl.col("kv_cache_usage").is_not_null()).then(_lit("<80%", KV)),
+        preempted=pl.when(pl.col("preemptions") > 0).then(_lit("yes", YES_NO))
+        .when(pl.col("preemptions").is_not_null()).then(_lit("no", YES_NO)),
     )  # fmt: skip
     low = (
         frames["scores"]
@@ -179,6 +188,8 @@ CACHE = pl.Enum(["high", "medium", "low"])
 SATURATION = pl.Enum(["idle", "warm", "saturating", "scaling"])
 PROMPT = pl.Enum(["0-8k", "8k-32k", "32k-64k", "64k+"])
 PREFILL = pl.Enum(["<=4k", "4k+"])
+KV = pl.Enum(["<80%", "80-95%", "95%+"])
+YES_NO = pl.Enum(["no", "yes"])
 
 
 def _equals(table: pl.DataFrame, dim: str, value: str) -> pl.Expr:

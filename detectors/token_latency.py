@@ -31,6 +31,8 @@ MODEL_KEYS = ["model", "deployment"]
 TENANT_KEYS = ["model", "deployment", "tenant_id"]
 WINDOW_COLUMNS = (
     "model", "deployment", "tenant_id", "tpot_ms", "prefill_tokens_in_batch", "cache_hit_ratio", "queue_ms", "e2e_ms",
+    # Engine facts of each request's replica (joined from engine metrics): the reasons a span cannot give.
+    "kv_cache_usage", "preemptions", "step_tokens",
 )  # fmt: skip
 # The baseline's rows per grouping set: 0 per model/deployment, 1 per tenant within one.
 MODEL_SET, TENANT_SET = 0, 1
@@ -57,6 +59,25 @@ class Config(DetectorConfig):
     queue_share_threshold: float = Field(
         0.5, ge=0, le=1, description="scheduler_starve when the median request spent this share of e2e queued."
     )
+    preempted_share_threshold: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="preemption when this share of the slow requests ran while their replica preempted.",
+    )
+    kv_usage_threshold: float = Field(
+        0.95,
+        ge=0,
+        le=1,
+        description="kv_pressure when the slow requests' median KV-cache usage at arrival reached this.",
+    )
+    step_tokens_threshold: float = Field(
+        4096, gt=0, description="batch_tokens when the slow requests' median tokens per engine step reached this."
+    )
+
+
+# A slow request: slower than its group's baseline p99.
+_slow = pl.col("tpot_ms") > pl.col("baseline_p99")
 
 
 def _hour(at: datetime) -> datetime:
@@ -115,9 +136,13 @@ def _figures(
         (pl.col("queue_ms") / pl.col("e2e_ms")).median().alias("queue_share"),
         # Among the requests slower than the baseline p99, the share that decoded beside a big prefill.
         (pl.col("prefill_tokens_in_batch") > config.prefill_tokens_threshold)
-        .filter(pl.col("tpot_ms") > pl.col("baseline_p99"))
+        .filter(_slow)
         .mean()
         .alias("prefill_share"),
+        # What the engines of the slow requests' replicas were doing while they ran.
+        (pl.col("preemptions") > 0).filter(_slow).mean().alias("preempted_share"),
+        pl.col("kv_cache_usage").filter(_slow).median().alias("kv_usage_p50"),
+        pl.col("step_tokens").filter(_slow).median().alias("step_tokens_p50"),
     )
     if "tenant_id" not in keys:
         figures = figures.with_columns(tenant_id=pl.lit(None, pl.String))
@@ -130,8 +155,14 @@ def _figures(
     reason = (
         pl.when(pl.col("prefill_share").fill_null(0) >= config.prefill_share_threshold)
         .then(pl.lit("prefill_burst"))
+        .when(breaches(pl.col("preempted_share"), config.preempted_share_threshold).fill_null(False))
+        .then(pl.lit("preemption"))
+        .when(breaches(pl.col("kv_usage_p50"), config.kv_usage_threshold).fill_null(False))
+        .then(pl.lit("kv_pressure"))
         .when(breaches(pl.col("baseline_cache_hit_mean") - pl.col("cache_hit_mean"), config.kv_drop_threshold))
         .then(pl.lit("kv_eviction"))
+        .when(breaches(pl.col("step_tokens_p50"), config.step_tokens_threshold).fill_null(False))
+        .then(pl.lit("batch_tokens"))
         .when(pl.col("queue_share").fill_null(0) >= config.queue_share_threshold)
         .then(pl.lit("scheduler_starve"))
         .otherwise(pl.lit("unknown"))
@@ -151,9 +182,24 @@ _EVIDENCE: dict[str, Callable[[dict[str, Any], Config], str]] = {
     "kv_eviction": lambda r, c: (
         f"cache hit ratio fell to {r['cache_hit_mean']:.2f} from a baseline {r['baseline_cache_hit_mean']:.2f}"
     ),
+    "preemption": lambda r, c: f"{r['preempted_share']:.0%} of the slow requests ran while their replica preempted",
+    "kv_pressure": lambda r, c: f"the slow requests' replicas had {r['kv_usage_p50']:.0%} of the KV cache in use",
+    "batch_tokens": lambda r, c: f"the slow requests' replicas ran {r['step_tokens_p50']:.0f} tokens per step",
     "scheduler_starve": lambda r, c: f"the median request spent {r['queue_share']:.0%} of its time queued",
-    "unknown": lambda r, c: "no prefill burst, cache drop or queueing explains it",
+    "unknown": lambda r, c: "no prefill burst, preemption, KV pressure, cache drop or queueing explains it",
 }
+
+
+def _engine_context(row: dict[str, Any]) -> str:
+    """What the slow requests' engines were doing, when engine metrics say: "while the KV cache sat at 97%"."""
+    facts = []
+    if row.get("kv_usage_p50") is not None:
+        facts.append(f"the KV cache sat at {row['kv_usage_p50']:.0%}")
+    if row.get("preempted_share"):
+        facts.append(f"{row['preempted_share']:.0%} of the slow requests saw preemptions")
+    if row.get("step_tokens_p50") is not None:
+        facts.append(f"steps ran {row['step_tokens_p50']:.0f} tokens")
+    return f"while {', '.join(facts)}; " if facts else ""
 
 
 def _condition(row: dict[str, Any], config: Config, window: Window) -> Condition:
@@ -164,7 +210,7 @@ def _condition(row: dict[str, Any], config: Config, window: Window) -> Condition
     summary = (
         f"tpot p99 {row['tpot_p99']:.1f} ms is {ratio:.1f}x the {config.baseline_hours:g}h baseline "
         f"{row['baseline_p99']:.1f} ms for {group} over {window.label()} (n={row['n']}); "
-        f"likely {reason}: {_EVIDENCE[reason](row, config)}"
+        f"{_engine_context(row)}likely {reason}: {_EVIDENCE[reason](row, config)}"
     )
     return Condition(
         labels=labels,

@@ -31,6 +31,7 @@ def window(n: int = 2000, seed: int = 1, fault: Fault | None = None) -> dict[str
             "tpot_ms": rng.gauss(12, 1), "e2e_ms": rng.gauss(2000, 100), "cache_hit_ratio": rng.uniform(0.86, 0.99),
             "queue_depth": rng.randint(1, 5), "replica_count": 4, "quantization": "fp16", "finish_reason": "stop",
             "prefill_tokens_in_batch": rng.randint(200, 2500), "traffic_pattern": None,
+            "kv_cache_usage": 0.5, "preemptions": 0,  # no rng draw: the other columns keep their seeds
         }  # fmt: skip
         json_score = min(1.0, rng.gauss(0.88, 0.03))
         if fault is not None:
@@ -48,6 +49,15 @@ def window(n: int = 2000, seed: int = 1, fault: Fault | None = None) -> dict[str
 
 def drifted_replica(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
     return row, (min(1.0, rng.gauss(0.82, 0.03)) if row["replica_id"] == "r3" else score)
+
+
+def kv_pressure(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+    # A fifth of the requests land on a replica whose KV cache is full and preempting: they lose quality.
+    if rng.random() < 0.2:
+        return {**row, "kv_cache_usage": rng.uniform(0.96, 0.99), "preemptions": rng.randint(1, 4)}, min(
+            1.0, rng.gauss(0.72, 0.03)
+        )
+    return row, score
 
 
 def long_context(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
@@ -204,3 +214,17 @@ def test_a_planted_replica_is_the_top_cluster_among_a_million_requests() -> None
     )  # fmt: skip
     found = find_clusters(frame, ["tenant_id", "replica_id", "model", "quantization", "prompt_bucket"], Config())
     assert found[0]["signature"] == {"replica_id": "r7"}
+
+
+def test_a_full_kv_cache_with_preemptions_is_a_cluster_on_the_engine_facts_with_their_fix() -> None:
+    out = detect(window(fault=kv_pressure), Config(), WINDOW)
+    top = out.figures.row(0, named=True)
+    signature = json.loads(top["signature"])
+    assert set(signature.items()) <= {("kv_bucket", "95%+"), ("preempted", "yes")} and signature
+    assert top["suggested_fix"] in (FIXES["preempted"], FIXES["kv_bucket"])
+    # Without engine metrics the columns are NULL and no engine dimension is offered.
+    plain = window(fault=kv_pressure)
+    plain["requests"] = plain["requests"].with_columns(
+        pl.lit(None, pl.Float64).alias("kv_cache_usage"), pl.lit(None, pl.Int64).alias("preemptions")
+    )
+    assert all("kv_bucket" not in s and "preempted" not in s for s in signatures(detect(plain, Config(), WINDOW)))

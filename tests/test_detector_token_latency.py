@@ -26,6 +26,9 @@ BASELINE_COLUMNS = [
 ]
 
 
+ENGINE_TYPES = {"kv_cache_usage": pl.Float64, "preemptions": pl.Int64, "step_tokens": pl.Float64}
+
+
 def window_frame(tpots: list[float], **columns: Sequence[object]) -> pl.DataFrame:
     n = len(tpots)
     base: dict[str, Sequence[object]] = {
@@ -37,8 +40,12 @@ def window_frame(tpots: list[float], **columns: Sequence[object]) -> pl.DataFram
         "cache_hit_ratio": [0.9] * n,
         "queue_ms": [5.0] * n,
         "e2e_ms": [2000.0] * n,
+        # No engine metrics unless a test says otherwise, as the spans alone would give.
+        "kv_cache_usage": [None] * n,
+        "preemptions": [None] * n,
+        "step_tokens": [None] * n,
     }
-    return pl.DataFrame({**base, **columns})
+    return pl.DataFrame({**base, **columns}).cast(ENGINE_TYPES)
 
 
 def baseline(p99: float, n: int = 5000, cache: float = 0.9) -> pl.DataFrame:
@@ -350,6 +357,10 @@ FIVE = pl.DataFrame(
         "cache_hit_ratio": [0.5, 0.25, 0.75, 1.0, 0.0],
         "queue_ms": [100.0, 200.0, 300.0, 400.0, 500.0],
         "e2e_ms": [1000.0] * 5,
+        # Only the slow three (30, 40, 50 ms) count toward the engine figures.
+        "kv_cache_usage": [0.1, 0.2, 0.9, 0.96, 0.99],
+        "preemptions": [5, 5, 0, 1, 2],
+        "step_tokens": [100.0, 200.0, 300.0, 400.0, 500.0],
     }
 )
 FIVE_BASELINE = pl.DataFrame(
@@ -385,6 +396,9 @@ def test_model_figures_are_computed_exactly_with_linear_interpolated_percentiles
         "baseline_cache_hit_mean": 0.75,
         "queue_share": approx(0.3),  # median of 0.1 .. 0.5
         "prefill_share": approx(2 / 3),  # slow: 30 ms (6000), 40 ms (4000, not more), 50 ms (4001)
+        "preempted_share": approx(2 / 3),  # slow: 0, 1, 2 preemptions
+        "kv_usage_p50": approx(0.96),
+        "step_tokens_p50": approx(400.0),
         "grouping": "model",
         "ratio": approx(49.6 / 20.0),
         "breached": True,
@@ -451,7 +465,8 @@ def test_summary_names_the_ratio_to_one_decimal_the_baseline_hours_and_the_group
     ]
     assert by_len[0].summary == (
         "tpot p99 244.0 ms is 2.4x the 6h baseline 100.0 ms for model=llama, deployment=vllm-a "
-        "over 2026-11-20 12:00–12:05 UTC (n=200); likely unknown: no prefill burst, cache drop or queueing explains it"
+        "over 2026-11-20 12:00–12:05 UTC (n=200); likely unknown: "
+        "no prefill burst, preemption, KV pressure, cache drop or queueing explains it"
     )
     assert by_len[1].summary.startswith(
         "tpot p99 244.0 ms is 2.4x the 6h baseline 100.0 ms for model=llama, deployment=vllm-a, tenant_id=acme over "
@@ -522,3 +537,53 @@ def test_baseline_read_ends_at_the_last_full_hour_before_the_window() -> None:
     odd_baseline = inputs(Config(baseline_hours=6), odd)["baseline"]
     assert isinstance(odd_baseline, RequestSummary)
     assert odd_baseline.window == Window(datetime(2026, 11, 20, 6, 0), datetime(2026, 11, 20, 12, 0))
+
+
+# --------------------------------------------------------------------------------------------------
+# Reasons from the engines (engine metrics joined to each request).
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("preempted", "reason"), [(50, "preemption"), (49, "unknown")])
+def test_preemption_from_exactly_half_the_slow_requests_running_beside_preemptions(preempted: int, reason: str) -> None:
+    frame = window_frame([250.0] * 100, preemptions=[1] * preempted + [0] * (100 - preempted))
+    assert reason_of(frame, baseline(100.0, cache=0.9)) == reason
+
+
+@pytest.mark.parametrize(("usage", "reason"), [(0.95, "kv_pressure"), (0.94, "unknown")])
+def test_kv_pressure_from_a_median_kv_cache_usage_of_exactly_the_threshold(usage: float, reason: str) -> None:
+    frame = window_frame([250.0] * 100, kv_cache_usage=[usage] * 100)
+    assert reason_of(frame, baseline(100.0, cache=0.9)) == reason
+
+
+@pytest.mark.parametrize(("tokens", "reason"), [(4096.0, "batch_tokens"), (4095.0, "unknown")])
+def test_batch_tokens_from_a_median_of_exactly_the_threshold_tokens_per_step(tokens: float, reason: str) -> None:
+    frame = window_frame([250.0] * 100, step_tokens=[tokens] * 100)
+    assert reason_of(frame, baseline(100.0, cache=0.9)) == reason
+
+
+def test_engine_reasons_come_after_prefill_burst_and_before_cache_drop_and_batch_tokens() -> None:
+    everything = {
+        "preemptions": [1] * 100, "kv_cache_usage": [0.99] * 100, "cache_hit_ratio": [0.5] * 100,
+        "step_tokens": [8000.0] * 100, "queue_ms": [1500.0] * 100,
+    }  # fmt: skip
+    order = ["preemption", "kv_pressure", "kv_eviction", "batch_tokens", "scheduler_starve"]
+    for i, reason in enumerate(order):
+        columns = dict(everything)
+        for earlier in order[:i]:
+            columns.pop({"preemption": "preemptions", "kv_pressure": "kv_cache_usage", "kv_eviction": "cache_hit_ratio",
+                         "batch_tokens": "step_tokens"}[earlier])  # fmt: skip
+        assert reason_of(window_frame([250.0] * 100, **columns), baseline(100.0, cache=0.9)) == reason
+    burst = window_frame([250.0] * 100, prefill_tokens_in_batch=[6000] * 100, **everything)
+    assert reason_of(burst, baseline(100.0, cache=0.9)) == "prefill_burst"
+
+
+def test_the_summary_says_what_the_engines_were_doing_while_p99_rose() -> None:
+    frame = window_frame(
+        [250.0] * 100, kv_cache_usage=[0.97] * 100, preemptions=[2] * 60 + [0] * 40, step_tokens=[2048.0] * 100
+    )
+    [condition] = detect({"window": frame, "baseline": baseline(100.0)}, Config(per_tenant=False), WINDOW).conditions
+    assert (
+        "(n=100); while the KV cache sat at 97%, 60% of the slow requests saw preemptions, steps ran 2048 tokens; "
+        "likely preemption: 60% of the slow requests ran while their replica preempted"
+    ) in condition.summary
