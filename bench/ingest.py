@@ -111,12 +111,12 @@ def run_server(db: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], int, i
     return proc, grpc_port, api_port
 
 
-def send_all(target: str, requests: list[bytes], concurrency: int) -> dict[str, float]:
+def send_all(target: str, requests: list[bytes], concurrency: int, method: str = EXPORT) -> dict[str, float]:
     """Send every request with `concurrency` in flight; retry refused ones like an exporter would."""
     channel = grpc.insecure_channel(
         target, options=[("grpc.max_send_message_length", 64 * 2**20), ("grpc.max_receive_message_length", 64 * 2**20)]
     )
-    call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+    call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
     slots = threading.Semaphore(concurrency)
     lock = threading.Lock()
     stats = {"acked_requests": 0, "refused": 0}

@@ -85,7 +85,9 @@ class PointColumns:
         self.rejections = Rejections()
         self.unjoined: Counter[MetricUnjoined] = Counter()
         self.points = 0
-        self._cols: dict[str, list[Any]] = {f.name: [] for f in ENGINE_METRIC_BATCH_SCHEMA}
+        self._rows: list[tuple[Any, ...]] = []  # in ENGINE_METRIC_BATCH_SCHEMA order, transposed once at the end
+        self._found: dict[tuple[str, Kind], str | MetricUnjoined] = {}  # a name's verdict, looked up once
+        self._any_label_key = self._label_keys["replica_id"] | self._label_keys["deployment"]
 
     def origin(self, resource: dict[str, Any], replica_id: str | None = None, deployment: str | None = None) -> Origin:
         """Resolve a resource once; explicit values (a scrape target's configuration) win."""
@@ -104,20 +106,18 @@ class PointColumns:
         if problem is not None:
             self.rejections.add(*problem)
             return
-        found = self._names.lookup(point.name)
+        verdict = self._verdict(point.name, point.arrived)
         canonical: str | None = None
-        if found is None:
-            self.unjoined[MetricUnjoined.UNKNOWN_NAME] += 1
-        elif found[1] is not point.arrived:
-            self.unjoined[MetricUnjoined.TYPE_MISMATCH] += 1
+        if isinstance(verdict, MetricUnjoined):
+            self.unjoined[verdict] += 1
         else:
-            canonical = found[0]
+            canonical = verdict
         self.points += 1
         labels = point.labels
         # Most points carry no label that names a replica or deployment (Ray Serve's do): the
         # resource's answer, resolved once, stands.
         replica, deployment = origin.replica_id, origin.deployment
-        if labels:
+        if labels and not self._any_label_key.isdisjoint(labels):
             if self._named_by(labels, "replica_id"):
                 replica = resolve(self._plan, "replica_id", origin.resource, labels)
             if self._named_by(labels, "deployment"):
@@ -142,31 +142,35 @@ class PointColumns:
             self._row(f"{point.name}_sum", _part(canonical, "sum"), point.value, shared)
         self._row(f"{point.name}_count", _part(canonical, "count"), float(point.count or 0), shared)
 
+    def _verdict(self, name: str, arrived: Kind) -> str | MetricUnjoined:
+        """The canonical metric a name of this type joins as, or why it does not join."""
+        key = (name, arrived)
+        verdict = self._found.get(key)
+        if verdict is None:
+            found = self._names.lookup(name)
+            if found is None:
+                verdict = MetricUnjoined.UNKNOWN_NAME
+            elif found[1] is not arrived:
+                verdict = MetricUnjoined.TYPE_MISMATCH
+            else:
+                verdict = found[0]
+            self._found[key] = verdict
+        return verdict
+
     def _named_by(self, labels: dict[str, Any], field: str) -> bool:
         return not self._label_keys[field].isdisjoint(labels)
 
     def _row(self, name: str, metric: str | None, value: float, shared: tuple[Any, ...]) -> None:
-        c = self._cols
         kind, time_ns, start_ns, replica, deployment, model, engine, labels_json, resource_json = shared
-        c["time"].append(time_ns)
-        c["start_time"].append(start_ns)
-        c["name"].append(name)
-        c["metric"].append(metric)
-        c["kind"].append(kind)
-        c["value"].append(value)
-        c["replica_id"].append(replica)
-        c["deployment"].append(deployment)
-        c["model"].append(model)
-        c["engine"].append(engine)
-        c["source"].append(self._source)
-        c["interval_s"].append(self._names.interval_seconds)
-        c["attributes"].append(labels_json)
-        c["resource"].append(resource_json)
+        self._rows.append((
+            time_ns, start_ns, name, metric, kind, value, replica, deployment, model, engine, self._source,
+            self._names.interval_seconds, labels_json, resource_json,
+        ))  # fmt: skip
 
     def table(self) -> pa.Table:
         arrays = []
-        for f in ENGINE_METRIC_BATCH_SCHEMA:
-            values = self._cols[f.name]
+        columns = zip(*self._rows, strict=True) if self._rows else ([] for _ in ENGINE_METRIC_BATCH_SCHEMA)
+        for f, values in zip(ENGINE_METRIC_BATCH_SCHEMA, columns, strict=True):
             if pa.types.is_timestamp(f.type):
                 arrays.append(pa.array(values, pa.int64()).cast(f.type))
             else:
