@@ -522,58 +522,70 @@ CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_
     ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT deployment, "time", sum(d_waiting) OVER
     (PARTITION BY deployment ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY deployment ORDER BY
-    "time") AS replicas FROM events) SELECT r.* REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN
+    "time") AS replicas FROM events), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time
+    FROM spans WHERE (is_llm AND (end_time >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    BIGINT)))) AND (end_time < (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))),
+    arrival AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second',
+    r.start_time) AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON
+    (((s.replica_id = k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE
+    (replica_id) FROM ((SELECT DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
+    DOUBLE))) AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON
+    (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))), fleet AS (SELECT k.*, s.* EXCLUDE (deployment)
+    FROM ((SELECT DISTINCT deployment, date_trunc('second', r.start_time) AS "second" FROM keys AS r WHERE
+    (deployment IS NOT NULL)) AS k ASOF LEFT JOIN deployments AS s ON (((s.deployment = k.deployment) AND (s."time"
+    <= k."second"))))) SELECT r.* REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN
     (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN
     ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END) AS replica_count,
-    COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((r.start_time - a."time") <= (CAST((2e6 *
+    COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 *
     a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" -
-    r.end_time) <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
     BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE WHEN
-    ((((r.start_time - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))) AND ((e."time" - r.end_time) <= (CAST((2e6 * e.interval_s) AS BIGINT) *
+    ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
-    / CASE WHEN ((((r.start_time - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - r.end_time) <= (CAST((2e6 *
+    / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
     e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
-    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((r.start_time - a."time") <= (CAST((2e6 *
+    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *
     a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate)
     ELSE NULL END)) AS cache_hit_ratio), CASE WHEN ((r.queue_depth IS NOT NULL)) THEN ('span') WHEN ((CASE WHEN
     ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END IS NOT NULL)) THEN ('engine') ELSE NULL
     END AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span') WHEN ((CASE WHEN ((d.replicas
     > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END IS NOT NULL)) THEN ('engine') ELSE NULL END AS
     replica_count_source, CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN ((COALESCE(CASE WHEN ((CASE
-    WHEN ((((r.start_time - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT)))) AND ((e."time" - r.end_time) <= (CAST((2e6 * e.interval_s) AS BIGINT) *
+    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE
-    NULL END > 0)) THEN (least(1.0, (CASE WHEN ((((r.start_time - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT)
-    * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - r.end_time) <= (CAST((2e6 *
+    NULL END > 0)) THEN (least(1.0, (CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
     e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits -
-    a.cache_hits)) ELSE NULL END / CASE WHEN ((((r.start_time - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - r.end_time) <= (CAST((2e6 *
+    a.cache_hits)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
     e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
-    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((r.start_time - a."time") <= (CAST((2e6 *
+    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *
     a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate)
-    ELSE NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS cache_hit_ratio_source, CASE WHEN (((r.start_time
-    - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT))))) THEN (a.kv_cache_usage) ELSE NULL END AS kv_cache_usage, CASE WHEN (((r.start_time - a."time") <=
+    ELSE NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS cache_hit_ratio_source, CASE WHEN (((a."second" -
+    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    BIGINT))))) THEN (a.kv_cache_usage) ELSE NULL END AS kv_cache_usage, CASE WHEN (((a."second" - a."time") <=
     (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN
-    (CAST(round(a.running) AS BIGINT)) ELSE NULL END AS running_requests, CAST(round(CASE WHEN ((((r.start_time -
+    (CAST(round(a.running) AS BIGINT)) ELSE NULL END AS running_requests, CAST(round(CASE WHEN ((((a."second" -
     a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
-    AND ((e."time" - r.end_time) <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
     DOUBLE)) AS BIGINT)))))) THEN ((e.preemptions - a.preemptions)) ELSE NULL END) AS BIGINT) AS preemptions, CASE
-    WHEN ((CASE WHEN ((((r.start_time - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - r.end_time) <= (CAST((2e6 *
+    WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
     e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
-    a.steps)) ELSE NULL END > 0)) THEN ((CASE WHEN ((((r.start_time - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - r.end_time) <= (CAST((2e6
+    a.steps)) ELSE NULL END > 0)) THEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
+    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
     * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.step_tokens
-    - a.step_tokens)) ELSE NULL END / CASE WHEN ((((r.start_time - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - r.end_time) <= (CAST((2e6
-    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
-    a.steps)) ELSE NULL END)) ELSE NULL END AS step_tokens FROM (((r ASOF LEFT JOIN states AS a ON (((a.replica_id =
-    r.replica_id) AND (a."time" <= r.start_time)))) ASOF LEFT JOIN states AS e ON (((e.replica_id = r.replica_id)
-    AND (e."time" >= r.end_time)))) ASOF LEFT JOIN deployments AS d ON (((d.deployment = r.deployment) AND (d."time"
-    <= r.start_time))));
+    - a.step_tokens)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT)
+    * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
+    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
+    a.steps)) ELSE NULL END)) ELSE NULL END AS step_tokens FROM (((r LEFT JOIN arrival AS a ON (((a.replica_id =
+    r.replica_id) AND (a."second" = date_trunc('second', r.start_time))))) LEFT JOIN departure AS e ON
+    (((e.replica_id = r.replica_id) AND (e."second" = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
+    DOUBLE))))))) LEFT JOIN fleet AS d ON (((d.deployment = r.deployment) AND (d."second" = date_trunc('second',
+    r.start_time)))));
 
 -- cache_curve_hourly_between(t0, t1) returns:
 --   window_start TIMESTAMP

@@ -156,9 +156,23 @@ def _stale(alias: str) -> str:
     return _STALE.replace("interval_s", f"{alias}.interval_s")
 
 
+# Times are taken to the second: arrival is the start of the second a request started in, the end the end
+# of the second it ended in. Looking states up once per (replica, second) and hash-joining the requests to
+# them costs a fifth of an as-of join of every request (ten million requests: ~6 s against ~30 s).
+_ARRIVAL_SECOND = "date_trunc('second', r.start_time)"
+_END_SECOND = "date_trunc('second', r.end_time) + INTERVAL 1 SECOND"
 # `a`: the replica's last state at or before arrival; `e`: its first at or after the end; `d`: the deployment's.
-_AT_ARRIVAL = f"(r.start_time - a.time <= {_stale('a')})"
-_LIFETIME = f"({_AT_ARRIVAL} AND e.time - r.end_time <= {_stale('e')})"
+_AT_ARRIVAL = f"(a.second - a.time <= {_stale('a')})"
+_LIFETIME = f"({_AT_ARRIVAL} AND e.time - e.second <= {_stale('e')})"
+
+
+def _lookup(column: str, second: str, direction: str, table: str) -> str:
+    """One row per (column, second) the window's LLM spans need, with the state `direction` of it."""
+    return f"""
+        SELECT k.*, s.* EXCLUDE ({column}) FROM (
+            SELECT DISTINCT {column}, {second} AS second FROM keys AS r WHERE {column} IS NOT NULL
+        ) AS k
+        ASOF LEFT JOIN {table} AS s ON s.{column} = k.{column} AND s.time {direction} k.second"""
 
 
 def _delta(column: str) -> str:
@@ -184,7 +198,16 @@ _SOURCES = ", ".join(
 _REQUESTS = f"""
     WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
     states AS MATERIALIZED (SELECT * FROM engine_states_between({_LOW}, {_HIGH})),
-    deployments AS MATERIALIZED ({_deployment_states("states")})
+    deployments AS MATERIALIZED ({_deployment_states("states")}),
+    -- A request's replica, deployment and times are those of one of the window's LLM spans (the pairing
+    -- takes them from its server span, else its client span): the lookups are keyed from the spans.
+    keys AS NOT MATERIALIZED (
+        SELECT replica_id, deployment, start_time, end_time FROM spans
+        WHERE is_llm AND end_time >= t0::TIMESTAMP - INTERVAL 1 HOUR AND end_time < t1::TIMESTAMP + INTERVAL 1 HOUR
+    ),
+    arrival AS ({_lookup("replica_id", _ARRIVAL_SECOND, "<=", "states")}),
+    departure AS ({_lookup("replica_id", _END_SECOND, ">=", "states")}),
+    fleet AS ({_lookup("deployment", _ARRIVAL_SECOND, "<=", "deployments")})
     SELECT r.* REPLACE ({_REPLACED}),
            {_SOURCES},
            CASE WHEN {_AT_ARRIVAL} THEN a.kv_cache_usage END AS kv_cache_usage,
@@ -192,9 +215,9 @@ _REQUESTS = f"""
            CAST(round({_delta("preemptions")}) AS BIGINT) AS preemptions,
            CASE WHEN {_delta("steps")} > 0 THEN {_delta("step_tokens")} / {_delta("steps")} END AS step_tokens
     FROM r
-    ASOF LEFT JOIN states AS a ON a.replica_id = r.replica_id AND a.time <= r.start_time
-    ASOF LEFT JOIN states AS e ON e.replica_id = r.replica_id AND e.time >= r.end_time
-    ASOF LEFT JOIN deployments AS d ON d.deployment = r.deployment AND d.time <= r.start_time
+    LEFT JOIN arrival AS a ON a.replica_id = r.replica_id AND a.second = {_ARRIVAL_SECOND}
+    LEFT JOIN departure AS e ON e.replica_id = r.replica_id AND e.second = {_END_SECOND}
+    LEFT JOIN fleet AS d ON d.deployment = r.deployment AND d.second = {_ARRIVAL_SECOND}
 """
 
 _VIEW = (
