@@ -113,7 +113,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Generate LLM request spans (tenants, replicas, token counts, latencies, cache hits, queue "
         "depth, quantization, quality scores) and send them through the OpenTelemetry SDK exporter: a healthy "
         "history for baselines, then a fault window ending at --end with the scenario's cause planted, then "
-        "optionally live traffic. Scenarios: " + ", ".join(_scenario_names()) + ". Combine them with commas.",
+        "optionally live traffic. Scenarios: " + ", ".join(_scenario_names()) + ". Combine them with commas. "
+        "With --emitter vllm the same requests arrive as a real fleet sends them with nothing custom "
+        "(docs/simulate.md).",
     )
     sim.add_argument("--scenario", required=True, help="scenario name(s), comma-separated")
     sim.add_argument(
@@ -122,6 +124,16 @@ def _parser() -> argparse.ArgumentParser:
         help="OTLP endpoint (default localhost:4317 for grpc, http://localhost:4318 for http)",
     )
     sim.add_argument("--protocol", choices=["grpc", "http"], default="grpc", help="OTLP transport (default grpc)")
+    sim.add_argument(
+        "--emitter",
+        choices=["attributes", "vllm"],
+        default="attributes",
+        help="what the fleet sends. attributes (default): one span per request carrying tenant, queue depth, "
+        "cache hits, quantization and scores as attributes. vllm: vLLM 0.33's own timing-only span under a "
+        "gateway span that names the tenant and model, scores as gen_ai.evaluation.result log records, and each "
+        "replica's vllm:* engine metrics every 5 s as OTLP metrics, as the OpenTelemetry Collector forwards a "
+        "scrape; queue depth, replicas and cache hits then come from the engine metrics",
+    )
     sim.add_argument("--seed", type=int, default=42, help="random seed: the same seed sends the same spans")
     sim.add_argument("--end", type=_timestamp, help="end of the fault window, ISO 8601 (default: 30 s before now)")
     sim.add_argument(
@@ -159,10 +171,10 @@ def _simulate(settings: Settings, args: argparse.Namespace) -> int:
     end = args.end or (datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30))
     sent = run(
         names, endpoint=endpoint, protocol=args.protocol, seed=args.seed, end=end, history_hours=args.history_hours,
-        history_rate=args.history_rate, rate=args.rate, live_seconds=args.live_seconds,
+        history_rate=args.history_rate, rate=args.rate, live_seconds=args.live_seconds, emitter=args.emitter,
     )  # fmt: skip
     at = end + timedelta(seconds=30)
-    print(f"sent {sent} spans; fault window ends {end.isoformat()}Z")
+    print(f"sent {sent} requests ({args.emitter} emitter); fault window ends {end.isoformat()}Z")
     for name in names:
         print(f"  {name}: {SCENARIOS[name].truth}")
     print(
