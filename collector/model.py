@@ -172,14 +172,11 @@ LLM_COLUMNS = [(c.name, c.type) for c in SPAN_COLUMNS if c.origin is Origin.ATTR
 LLM_FIELDS = tuple(name for name, _ in LLM_COLUMNS)
 LLM_TYPES: dict[str, pa.DataType] = dict(LLM_COLUMNS)
 
-# Request-model columns that engine metrics fill (a span's own value wins) or alone provide: the join
-# (migration 0009) costs a read something only when it asks for one of them.
-ENGINE_FILLED = ("queue_depth", "replica_count", "cache_hit_ratio")
-ENGINE_JOINED = (
-    *ENGINE_FILLED,
-    *(f"{c}_source" for c in ENGINE_FILLED),
-    "kv_cache_usage",
-    "running_requests",
-    "preemptions",
-    "step_tokens",
-)
+# Request-model columns that engine metrics fill (a span's own value wins) or alone provide (migration
+# 0009), by the state they come from: the deployment's at arrival, or the replica's over the request.
+# The join costs a read something only when it asks for one of them, and only the state it needs.
+ENGINE_FLEET = ("queue_depth", "replica_count", "queue_depth_source", "replica_count_source")
+ENGINE_REPLICA = (
+    "cache_hit_ratio", "cache_hit_ratio_source", "kv_cache_usage", "running_requests", "preemptions", "step_tokens",
+)  # fmt: skip
+ENGINE_JOINED = (*ENGINE_FLEET, *ENGINE_REPLICA)

@@ -316,30 +316,29 @@ CREATE TABLE traffic_pattern_labels (
 --   step_tokens DOUBLE
 --   steps DOUBLE
 CREATE MACRO engine_states_between(t0, t1) AS TABLE WITH points AS (SELECT hash(replica_id, deployment, "name",
-    attributes) AS series, "time", any_value(replica_id) AS replica_id, any_value(deployment) AS deployment,
-    any_value(metric) AS metric, any_value(kind) AS kind, any_value(start_time) AS start_time, max("value") AS
-    "value", max(interval_s) AS interval_s FROM engine_metrics WHERE ((metric IS NOT NULL) AND (replica_id IS NOT
-    NULL) AND ("time" >= CAST(t0 AS TIMESTAMP)) AND ("time" < CAST(t1 AS TIMESTAMP))) GROUP BY series, "time"),
-    increments AS (SELECT replica_id, deployment, metric, "time", interval_s, kind, CASE WHEN ((kind = 'gauge'))
-    THEN ("value") WHEN ((kind = 'delta')) THEN ("value") WHEN ((prev IS NULL)) THEN (0) WHEN ((("value" < prev) OR
-    (start_time IS DISTINCT FROM prev_start))) THEN ("value") ELSE ("value" - prev) END AS amount FROM (SELECT *,
-    lag("value") OVER (PARTITION BY series ORDER BY "time") AS prev, lag(start_time) OVER (PARTITION BY series ORDER
-    BY "time") AS prev_start FROM points)), pivoted AS (SELECT replica_id, deployment, "time", max(interval_s) AS
-    interval_s, sum(amount) FILTER (WHERE (metric = 'requests_waiting')) AS waiting, sum(amount) FILTER (WHERE
-    (metric = 'requests_running')) AS running, max(amount) FILTER (WHERE (metric = 'kv_cache_usage')) AS
-    kv_cache_usage, avg(amount) FILTER (WHERE (metric = 'cache_hit_rate')) AS cache_hit_rate, sum(amount) FILTER
-    (WHERE (metric = 'prefix_cache_queries')) AS d_queries, sum(amount) FILTER (WHERE (metric =
-    'prefix_cache_hits')) AS d_hits, sum(amount) FILTER (WHERE (metric = 'preemptions')) AS d_preemptions,
-    sum(amount) FILTER (WHERE (metric = 'step_tokens_sum')) AS d_step_tokens, sum(amount) FILTER (WHERE (metric =
-    'step_tokens_count')) AS d_steps FROM increments GROUP BY replica_id, deployment, "time") SELECT replica_id,
-    deployment, "time", interval_s, waiting, running, kv_cache_usage, cache_hit_rate, sum(d_queries) OVER (PARTITION
-    BY replica_id, deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cache_queries,
-    sum(d_hits) OVER (PARTITION BY replica_id, deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND
-    CURRENT ROW) AS cache_hits, sum(d_preemptions) OVER (PARTITION BY replica_id, deployment ORDER BY "time" ROWS
-    BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS preemptions, sum(d_step_tokens) OVER (PARTITION BY replica_id,
-    deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS step_tokens, sum(d_steps) OVER
-    (PARTITION BY replica_id, deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS steps
-    FROM pivoted;
+    attributes) AS series, "time", replica_id, deployment, metric, kind, start_time, "value", interval_s FROM
+    engine_metrics WHERE ((metric IS NOT NULL) AND (replica_id IS NOT NULL) AND ("time" >= CAST(t0 AS TIMESTAMP))
+    AND ("time" < CAST(t1 AS TIMESTAMP)))), increments AS (SELECT replica_id, deployment, metric, "time",
+    interval_s, kind, CASE WHEN ((kind = 'gauge')) THEN ("value") WHEN ((kind = 'delta')) THEN ("value") WHEN ((prev
+    IS NULL)) THEN (0) WHEN ((("value" < prev) OR (start_time IS DISTINCT FROM prev_start))) THEN ("value") ELSE
+    ("value" - prev) END AS amount FROM (SELECT *, lag("time") OVER (PARTITION BY series ORDER BY "time", "value")
+    AS prev_time, lag("value") OVER (PARTITION BY series ORDER BY "time", "value") AS prev, lag(start_time) OVER
+    (PARTITION BY series ORDER BY "time", "value") AS prev_start FROM points) WHERE (prev_time IS DISTINCT FROM
+    "time")), pivoted AS (SELECT replica_id, deployment, "time", max(interval_s) AS interval_s, sum(amount) FILTER
+    (WHERE (metric = 'requests_waiting')) AS waiting, sum(amount) FILTER (WHERE (metric = 'requests_running')) AS
+    running, max(amount) FILTER (WHERE (metric = 'kv_cache_usage')) AS kv_cache_usage, avg(amount) FILTER (WHERE
+    (metric = 'cache_hit_rate')) AS cache_hit_rate, sum(amount) FILTER (WHERE (metric = 'prefix_cache_queries')) AS
+    d_queries, sum(amount) FILTER (WHERE (metric = 'prefix_cache_hits')) AS d_hits, sum(amount) FILTER (WHERE
+    (metric = 'preemptions')) AS d_preemptions, sum(amount) FILTER (WHERE (metric = 'step_tokens_sum')) AS
+    d_step_tokens, sum(amount) FILTER (WHERE (metric = 'step_tokens_count')) AS d_steps FROM increments GROUP BY
+    replica_id, deployment, "time") SELECT replica_id, deployment, "time", interval_s, waiting, running,
+    kv_cache_usage, cache_hit_rate, sum(d_queries) OVER (PARTITION BY replica_id, deployment ORDER BY "time" ROWS
+    BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cache_queries, sum(d_hits) OVER (PARTITION BY replica_id,
+    deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cache_hits, sum(d_preemptions)
+    OVER (PARTITION BY replica_id, deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS
+    preemptions, sum(d_step_tokens) OVER (PARTITION BY replica_id, deployment ORDER BY "time" ROWS BETWEEN UNBOUNDED
+    PRECEDING AND CURRENT ROW) AS step_tokens, sum(d_steps) OVER (PARTITION BY replica_id, deployment ORDER BY
+    "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS steps FROM pivoted;
 
 -- engine_deployment_states_between(t0, t1) returns:
 --   deployment VARCHAR
@@ -509,38 +508,37 @@ CREATE MACRO llm_request_scores_between(t0, t1) AS TABLE WITH r AS (SELECT trace
 --   step_tokens DOUBLE
 CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
     states AS MATERIALIZED (SELECT * FROM engine_states_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(2
-    AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))),
-    deployments AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY deployment, replica_id ORDER BY
-    "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS prev_waiting,
-    lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS next_time FROM states WHERE
-    (deployment IS NOT NULL)), events AS ((SELECT deployment, "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" -
+    AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))), keys
+    AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time FROM spans WHERE (is_llm AND (end_time
+    >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND (end_time < (CAST(t1 AS
+    TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))), arrival AS (SELECT k.*, s.* EXCLUDE
+    (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second', r.start_time) AS "second" FROM keys AS r
+    WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time"
+    <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id,
+    (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys AS r WHERE (replica_id
+    IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" >=
+    k."second"))))), deployments AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY deployment,
+    replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id ORDER BY
+    "time") AS prev_waiting, lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS next_time
+    FROM states WHERE (deployment IS NOT NULL)), events AS ((SELECT deployment, "time", (COALESCE(waiting, 0) - CASE
+    WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT))))) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" -
     prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))
-    THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 *
-    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS
-    d_replicas FROM s) UNION ALL (SELECT deployment, ("time" + (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE
-    ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
+    THEN (0) ELSE 1 END AS d_replicas FROM s) UNION ALL (SELECT deployment, ("time" + (CAST((2e6 * interval_s) AS
+    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s
+    WHERE ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT deployment, "time", sum(d_waiting) OVER
     (PARTITION BY deployment ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY deployment ORDER BY
-    "time") AS replicas FROM events), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time
-    FROM spans WHERE (is_llm AND (end_time >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT)))) AND (end_time < (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))),
-    arrival AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second',
-    r.start_time) AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON
-    (((s.replica_id = k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE
-    (replica_id) FROM ((SELECT DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
-    DOUBLE))) AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON
-    (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))), fleet AS (SELECT k.*, s.* EXCLUDE (deployment)
-    FROM ((SELECT DISTINCT deployment, date_trunc('second', r.start_time) AS "second" FROM keys AS r WHERE
-    (deployment IS NOT NULL)) AS k ASOF LEFT JOIN deployments AS s ON (((s.deployment = k.deployment) AND (s."time"
-    <= k."second"))))) SELECT r.* REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN
-    (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN
-    ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END) AS replica_count,
-    COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 *
-    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" -
-    e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE WHEN
-    ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    "time") AS replicas FROM events), fleet AS (SELECT k.*, s.* EXCLUDE (deployment) FROM ((SELECT DISTINCT
+    deployment, date_trunc('second', r.start_time) AS "second" FROM keys AS r WHERE (deployment IS NOT NULL)) AS k
+    ASOF LEFT JOIN deployments AS s ON (((s.deployment = k.deployment) AND (s."time" <= k."second"))))) SELECT r.*
+    REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL
+    END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT))
+    ELSE NULL END) AS replica_count, COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" -
+    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
+    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE
+    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
     DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
     / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
@@ -608,6 +606,169 @@ CREATE MACRO cache_curve_hourly_between(t0, t1) AS TABLE WITH grouped AS (SELECT
     e2e_p50_ms, quantile_cont(g.e2e_ms, 0.99) AS e2e_p99_ms, quantile_cont(g.tpot_ms, 0.99) AS tpot_p99_ms,
     any_value(m.score_means) AS score_means FROM (grouped AS g LEFT JOIN score_means AS m USING (window_start,
     bucket)) GROUP BY g.window_start, g.bucket;
+
+-- llm_requests_fleet_between(t0, t1) returns:
+--   trace_id VARCHAR
+--   span_id VARCHAR
+--   server_span_id VARCHAR
+--   client_span_id VARCHAR
+--   status_code VARCHAR
+--   name VARCHAR
+--   kind VARCHAR
+--   start_time TIMESTAMP
+--   end_time TIMESTAMP
+--   duration_ms DOUBLE
+--   service_name VARCHAR
+--   replica_id VARCHAR
+--   deployment VARCHAR
+--   model VARCHAR
+--   input_tokens BIGINT
+--   output_tokens BIGINT
+--   cached_input_tokens BIGINT
+--   ttft_ms DOUBLE
+--   tpot_ms DOUBLE
+--   queue_ms DOUBLE
+--   prefill_ms DOUBLE
+--   decode_ms DOUBLE
+--   e2e_ms DOUBLE
+--   cache_hit_ratio DOUBLE
+--   queue_depth BIGINT
+--   replica_count BIGINT
+--   batch_size BIGINT
+--   prefill_tokens_in_batch BIGINT
+--   quantization VARCHAR
+--   finish_reason VARCHAR
+--   tenant_id VARCHAR
+--   provider VARCHAR
+--   operation VARCHAR
+--   queue_depth_source VARCHAR
+--   replica_count_source VARCHAR
+CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0,
+    t1)), states AS MATERIALIZED (SELECT * FROM engine_states_between((CAST(t0 AS TIMESTAMP) -
+    to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT))))), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time FROM
+    spans WHERE (is_llm AND (end_time >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    BIGINT)))) AND (end_time < (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))),
+    deployments AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY deployment, replica_id ORDER BY
+    "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS prev_waiting,
+    lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS next_time FROM states WHERE
+    (deployment IS NOT NULL)), events AS ((SELECT deployment, "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" -
+    prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))
+    THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 *
+    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS
+    d_replicas FROM s) UNION ALL (SELECT deployment, ("time" + (CAST((2e6 * interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE
+    ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT deployment, "time", sum(d_waiting) OVER
+    (PARTITION BY deployment ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY deployment ORDER BY
+    "time") AS replicas FROM events), fleet AS (SELECT k.*, s.* EXCLUDE (deployment) FROM ((SELECT DISTINCT
+    deployment, date_trunc('second', r.start_time) AS "second" FROM keys AS r WHERE (deployment IS NOT NULL)) AS k
+    ASOF LEFT JOIN deployments AS s ON (((s.deployment = k.deployment) AND (s."time" <= k."second"))))) SELECT r.*
+    REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL
+    END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT))
+    ELSE NULL END) AS replica_count), CASE WHEN ((r.queue_depth IS NOT NULL)) THEN ('span') WHEN ((CASE WHEN
+    ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END IS NOT NULL)) THEN ('engine') ELSE NULL
+    END AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span') WHEN ((CASE WHEN ((d.replicas
+    > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    replica_count_source FROM (r LEFT JOIN fleet AS d ON (((d.deployment = r.deployment) AND (d."second" =
+    date_trunc('second', r.start_time)))));
+
+-- llm_requests_replica_between(t0, t1) returns:
+--   trace_id VARCHAR
+--   span_id VARCHAR
+--   server_span_id VARCHAR
+--   client_span_id VARCHAR
+--   status_code VARCHAR
+--   name VARCHAR
+--   kind VARCHAR
+--   start_time TIMESTAMP
+--   end_time TIMESTAMP
+--   duration_ms DOUBLE
+--   service_name VARCHAR
+--   replica_id VARCHAR
+--   deployment VARCHAR
+--   model VARCHAR
+--   input_tokens BIGINT
+--   output_tokens BIGINT
+--   cached_input_tokens BIGINT
+--   ttft_ms DOUBLE
+--   tpot_ms DOUBLE
+--   queue_ms DOUBLE
+--   prefill_ms DOUBLE
+--   decode_ms DOUBLE
+--   e2e_ms DOUBLE
+--   cache_hit_ratio DOUBLE
+--   queue_depth BIGINT
+--   replica_count BIGINT
+--   batch_size BIGINT
+--   prefill_tokens_in_batch BIGINT
+--   quantization VARCHAR
+--   finish_reason VARCHAR
+--   tenant_id VARCHAR
+--   provider VARCHAR
+--   operation VARCHAR
+--   cache_hit_ratio_source VARCHAR
+--   kv_cache_usage DOUBLE
+--   running_requests BIGINT
+--   preemptions BIGINT
+--   step_tokens DOUBLE
+CREATE MACRO llm_requests_replica_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0,
+    t1)), states AS MATERIALIZED (SELECT * FROM engine_states_between((CAST(t0 AS TIMESTAMP) -
+    to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT))))), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time FROM
+    spans WHERE (is_llm AND (end_time >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    BIGINT)))) AND (end_time < (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))),
+    arrival AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second',
+    r.start_time) AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON
+    (((s.replica_id = k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE
+    (replica_id) FROM ((SELECT DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
+    DOUBLE))) AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON
+    (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))) SELECT r.* REPLACE (COALESCE(r.cache_hit_ratio,
+    COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
+    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
+    - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 *
+    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" -
+    e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <=
+    (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND
+    ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN
+    (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate) ELSE NULL END)) AS cache_hit_ratio), CASE WHEN
+    ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN ((COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time")
+    <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND
+    ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE
+    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
+    / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
+    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
+    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *
+    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate)
+    ELSE NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS cache_hit_ratio_source, CASE WHEN (((a."second" -
+    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    BIGINT))))) THEN (a.kv_cache_usage) ELSE NULL END AS kv_cache_usage, CASE WHEN (((a."second" - a."time") <=
+    (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN
+    (CAST(round(a.running) AS BIGINT)) ELSE NULL END AS running_requests, CAST(round(CASE WHEN ((((a."second" -
+    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
+    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))))) THEN ((e.preemptions - a.preemptions)) ELSE NULL END) AS BIGINT) AS preemptions, CASE
+    WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
+    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
+    a.steps)) ELSE NULL END > 0)) THEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
+    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
+    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.step_tokens
+    - a.step_tokens)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT)
+    * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
+    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
+    a.steps)) ELSE NULL END)) ELSE NULL END AS step_tokens FROM ((r LEFT JOIN arrival AS a ON (((a.replica_id =
+    r.replica_id) AND (a."second" = date_trunc('second', r.start_time))))) LEFT JOIN departure AS e ON
+    (((e.replica_id = r.replica_id) AND (e."second" = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
+    DOUBLE)))))));
 
 -- replica_comparison_hourly_between(t0, t1) returns:
 --   window_start TIMESTAMP

@@ -18,7 +18,7 @@ from waiting import HANG_GUARD
 
 from collector.decode import Encoding, decode_metrics
 from collector.engine_names import EngineNames
-from collector.model import SPAN_BATCH_SCHEMA
+from collector.model import ENGINE_JOINED, SPAN_BATCH_SCHEMA
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import Requests, Storage, Window
 
@@ -214,3 +214,20 @@ def test_a_request_with_no_engine_metrics_keeps_nulls(storage: Storage) -> None:
     row = joined(storage)["0000000000000002"]
     assert all(row[c] is None for c in ENGINE_COLUMNS)
     assert sources(storage)["0000000000000002"] == (None, None, None)
+
+
+@pytest.mark.parametrize("column", ENGINE_JOINED)
+def test_a_read_of_one_engine_column_gives_what_the_whole_request_model_says(storage: Storage, column: str) -> None:
+    # Reads join only the state they need (storage.duckdb.reads picks the macro): the values must not differ.
+    two_pods(storage)
+    spans = [
+        request_span(i, f"pod-{'ab'[i % 2]}", T0 + timedelta(seconds=i), T0 + timedelta(seconds=i + 7))
+        for i in range(1, 40, 2)
+    ]
+    store_spans(storage, spans)
+    full = {
+        r["span_id"]: r[column]
+        for r in storage.analyst.run(f"SELECT span_id, {column} FROM llm_requests").table.to_pylist()
+    }
+    assert any(v is not None for v in full.values())
+    assert {k: r[column] for k, r in joined(storage, column).items()} == full

@@ -66,16 +66,12 @@ _STALE = "(CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)"
 
 _STATES = """
     WITH points AS (
-        -- One value per series and time: a retried export stores a point twice. The series is hashed
-        -- once so the window below sorts integers, not label JSON.
-        SELECT hash(replica_id, deployment, name, attributes) AS series, time,
-               any_value(replica_id) AS replica_id, any_value(deployment) AS deployment,
-               any_value(metric) AS metric, any_value(kind) AS kind, any_value(start_time) AS start_time,
-               max(value) AS value, max(interval_s) AS interval_s
+        -- The series is hashed once so the window below sorts integers, not label JSON.
+        SELECT hash(replica_id, deployment, name, attributes) AS series, time, replica_id, deployment, metric, kind,
+               start_time, value, interval_s
         FROM engine_metrics
         WHERE metric IS NOT NULL AND replica_id IS NOT NULL
           AND time >= t0::TIMESTAMP AND time < t1::TIMESTAMP
-        GROUP BY series, time
     ),
     increments AS (
         -- What each point adds: a gauge its level; a counter its growth since the series' previous point
@@ -87,10 +83,13 @@ _STATES = """
                     WHEN value < prev OR start_time IS DISTINCT FROM prev_start THEN value
                     ELSE value - prev END AS amount
         FROM (
-            SELECT *, lag(value) OVER series AS prev, lag(start_time) OVER series AS prev_start
+            SELECT *, lag(time) OVER series AS prev_time, lag(value) OVER series AS prev,
+                   lag(start_time) OVER series AS prev_start
             FROM points
-            WINDOW series AS (PARTITION BY series ORDER BY time)
+            WINDOW series AS (PARTITION BY series ORDER BY time, value)
         )
+        -- A retried export stores a point twice: the second of a series' points at one time is dropped.
+        WHERE prev_time IS DISTINCT FROM time
     ),
     pivoted AS (
         SELECT replica_id, deployment, time, max(interval_s) AS interval_s,
@@ -179,10 +178,13 @@ def _delta(column: str) -> str:
     return f"(CASE WHEN {_LIFETIME} THEN e.{column} - a.{column} END)"
 
 
-# The columns a span may carry itself and the join fills otherwise: (column, value from the engines).
-_FILLED = (
+# The columns a span may carry itself and the join fills otherwise: (column, value from the engines), by
+# what they need: the deployment's state at arrival (`fleet`), or the replica's (`replica`).
+_FLEET_FILLED = (
     ("queue_depth", "(CASE WHEN d.replicas > 0 THEN CAST(round(d.waiting) AS BIGINT) END)"),
     ("replica_count", "(CASE WHEN d.replicas > 0 THEN CAST(d.replicas AS BIGINT) END)"),
+)
+_REPLICA_FILLED = (
     (
         "cache_hit_ratio",
         f"coalesce(CASE WHEN {_delta('cache_queries')} > 0 "
@@ -190,35 +192,63 @@ _FILLED = (
         f"CASE WHEN {_AT_ARRIVAL} THEN a.cache_hit_rate END)",
     ),
 )
-_REPLACED = ", ".join(f"coalesce(r.{c}, {v}) AS {c}" for c, v in _FILLED)
-_SOURCES = ", ".join(
-    f"CASE WHEN r.{c} IS NOT NULL THEN 'span' WHEN {v} IS NOT NULL THEN 'engine' END AS {c}_source" for c, v in _FILLED
+_REPLICA_ONLY = (
+    f"CASE WHEN {_AT_ARRIVAL} THEN a.kv_cache_usage END AS kv_cache_usage",
+    f"CASE WHEN {_AT_ARRIVAL} THEN CAST(round(a.running) AS BIGINT) END AS running_requests",
+    f"CAST(round({_delta('preemptions')}) AS BIGINT) AS preemptions",
+    f"CASE WHEN {_delta('steps')} > 0 THEN {_delta('step_tokens')} / {_delta('steps')} END AS step_tokens",
 )
 
-_REQUESTS = f"""
+
+def _requests(*, fleet: bool, replica: bool) -> str:
+    """The request model joined to the engines' state: the deployment's, the replica's, or both.
+
+    Reads that need only one kind of engine column use a macro that joins only that kind
+    (storage.duckdb.reads picks it); `llm_requests_between` joins both.
+    """
+    filled = (_FLEET_FILLED if fleet else ()) + (_REPLICA_FILLED if replica else ())
+    replaced = ", ".join(f"coalesce(r.{c}, {v}) AS {c}" for c, v in filled)
+    sources = [
+        f"CASE WHEN r.{c} IS NOT NULL THEN 'span' WHEN {v} IS NOT NULL THEN 'engine' END AS {c}_source"
+        for c, v in filled
+    ]
+    lookups = []
+    joins = []
+    if replica:
+        lookups += [
+            f"arrival AS ({_lookup('replica_id', _ARRIVAL_SECOND, '<=', 'states')})",
+            f"departure AS ({_lookup('replica_id', _END_SECOND, '>=', 'states')})",
+        ]
+        joins += [
+            f"LEFT JOIN arrival AS a ON a.replica_id = r.replica_id AND a.second = {_ARRIVAL_SECOND}",
+            f"LEFT JOIN departure AS e ON e.replica_id = r.replica_id AND e.second = {_END_SECOND}",
+        ]
+    if fleet:
+        lookups += [
+            f"deployments AS MATERIALIZED ({_deployment_states('states')})",
+            f"fleet AS ({_lookup('deployment', _ARRIVAL_SECOND, '<=', 'deployments')})",
+        ]
+        joins += [f"LEFT JOIN fleet AS d ON d.deployment = r.deployment AND d.second = {_ARRIVAL_SECOND}"]
+    columns = ",\n           ".join([f"r.* REPLACE ({replaced})", *sources, *(_REPLICA_ONLY if replica else ())])
+    ctes = ",\n    ".join(lookups)
+    joined = "\n    ".join(joins)
+    return f"""
     WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
     states AS MATERIALIZED (SELECT * FROM engine_states_between({_LOW}, {_HIGH})),
-    deployments AS MATERIALIZED ({_deployment_states("states")}),
     -- A request's replica, deployment and times are those of one of the window's LLM spans (the pairing
     -- takes them from its server span, else its client span): the lookups are keyed from the spans.
     keys AS NOT MATERIALIZED (
         SELECT replica_id, deployment, start_time, end_time FROM spans
         WHERE is_llm AND end_time >= t0::TIMESTAMP - INTERVAL 1 HOUR AND end_time < t1::TIMESTAMP + INTERVAL 1 HOUR
     ),
-    arrival AS ({_lookup("replica_id", _ARRIVAL_SECOND, "<=", "states")}),
-    departure AS ({_lookup("replica_id", _END_SECOND, ">=", "states")}),
-    fleet AS ({_lookup("deployment", _ARRIVAL_SECOND, "<=", "deployments")})
-    SELECT r.* REPLACE ({_REPLACED}),
-           {_SOURCES},
-           CASE WHEN {_AT_ARRIVAL} THEN a.kv_cache_usage END AS kv_cache_usage,
-           CASE WHEN {_AT_ARRIVAL} THEN CAST(round(a.running) AS BIGINT) END AS running_requests,
-           CAST(round({_delta("preemptions")}) AS BIGINT) AS preemptions,
-           CASE WHEN {_delta("steps")} > 0 THEN {_delta("step_tokens")} / {_delta("steps")} END AS step_tokens
+    {ctes}
+    SELECT {columns}
     FROM r
-    LEFT JOIN arrival AS a ON a.replica_id = r.replica_id AND a.second = {_ARRIVAL_SECOND}
-    LEFT JOIN departure AS e ON e.replica_id = r.replica_id AND e.second = {_END_SECOND}
-    LEFT JOIN fleet AS d ON d.deployment = r.deployment AND d.second = {_ARRIVAL_SECOND}
+    {joined}
 """
+
+
+_REQUESTS = _requests(fleet=True, replica=True)
 
 _VIEW = (
     "CREATE OR REPLACE VIEW llm_requests AS "
@@ -280,6 +310,8 @@ def upgrade() -> None:
         f"{_deployment_states('engine_states_between(t0, t1)')}"
     )
     op.execute(f"CREATE OR REPLACE MACRO llm_requests_between(t0, t1) AS TABLE {_REQUESTS}")
+    op.execute(f"CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE {_requests(fleet=True, replica=False)}")
+    op.execute(f"CREATE MACRO llm_requests_replica_between(t0, t1) AS TABLE {_requests(fleet=False, replica=True)}")
     op.execute(_VIEW)
     _scores(_SCORES)
 
@@ -289,6 +321,8 @@ def downgrade() -> None:
         f"CREATE OR REPLACE MACRO llm_requests_between(t0, t1) AS TABLE {_macro_body('llm_span_requests_between')}"
     )
     op.execute(_VIEW)
+    op.execute("DROP MACRO TABLE llm_requests_replica_between")
+    op.execute("DROP MACRO TABLE llm_requests_fleet_between")
     op.execute("DROP MACRO TABLE engine_deployment_states_between")
     op.execute("DROP MACRO TABLE engine_states_between")
     op.execute("DROP MACRO TABLE llm_span_requests_between")

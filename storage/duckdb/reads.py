@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.model import ENGINE_JOINED
+from collector.model import ENGINE_FLEET, ENGINE_REPLICA
 from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores
 
 # DuckDB computes the key each frame carries: one 64-bit integer per request instead of two strings.
@@ -58,11 +58,18 @@ def _not_null(columns: Iterable[str]) -> str:
     return f" WHERE {' AND '.join(terms)}" if terms else ""
 
 
+_MACROS = {
+    (False, False): "llm_span_requests_between",
+    (True, False): "llm_requests_fleet_between",
+    (False, True): "llm_requests_replica_between",
+    (True, True): "llm_requests_between",
+}
+
+
 def _requests_macro(columns: Iterable[str | None]) -> str:
-    """The request model a read needs: joined to engine metrics only when it asks for an engine column."""
-    if any(c in ENGINE_JOINED for c in columns):
-        return "llm_requests_between"
-    return "llm_span_requests_between"
+    """The request model a read needs: joined to the engines' state only where it asks for engine columns."""
+    needed = set(columns)
+    return _MACROS[(not needed.isdisjoint(ENGINE_FLEET), not needed.isdisjoint(ENGINE_REPLICA))]
 
 
 def _measure(m: Measure) -> str:
