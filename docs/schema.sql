@@ -506,23 +506,26 @@ CREATE MACRO llm_request_scores_between(t0, t1) AS TABLE WITH r AS (SELECT trace
 --   running_requests BIGINT
 --   preemptions BIGINT
 --   step_tokens DOUBLE
-CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
-    states AS MATERIALIZED (SELECT * FROM engine_states_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(2
-    AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))), keys
+CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)), keys
     AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time FROM spans WHERE (is_llm AND (end_time
     >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND (end_time < (CAST(t1 AS
-    TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))), arrival AS (SELECT k.*, s.* EXCLUDE
-    (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second', r.start_time) AS "second" FROM keys AS r
-    WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time"
-    <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id,
-    (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys AS r WHERE (replica_id
-    IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" >=
-    k."second"))))), deployments AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY deployment,
-    replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id ORDER BY
-    "time") AS prev_waiting, lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS next_time
-    FROM states WHERE (deployment IS NOT NULL)), events AS ((SELECT deployment, "time", (COALESCE(waiting, 0) - CASE
-    WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" -
+    TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))), reach AS MATERIALIZED (SELECT (lo - margin)
+    AS lo, (hi + margin) AS hi FROM (SELECT min(start_time) AS lo, max(end_time) AS hi FROM keys) AS span , (SELECT
+    (CAST((2e6 * COALESCE(max(interval_s), 0)) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    BIGINT))) AS margin FROM engine_metrics WHERE (("time" >= (span.lo - to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS
+    BIGINT)))) AND ("time" < (span.hi + to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states AS
+    MATERIALIZED (SELECT * FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival AS
+    (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second', r.start_time) AS
+    "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id =
+    k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT
+    DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys AS
+    r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND
+    (s."time" >= k."second"))))), deployments AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY
+    deployment, replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id
+    ORDER BY "time") AS prev_waiting, lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS
+    next_time FROM states WHERE (deployment IS NOT NULL)), events AS ((SELECT deployment, "time", (COALESCE(waiting,
+    0) - CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1
+    AS DOUBLE)) AS BIGINT))))) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" -
     prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))
     THEN (0) ELSE 1 END AS d_replicas FROM s) UNION ALL (SELECT deployment, ("time" + (CAST((2e6 * interval_s) AS
     BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s
@@ -644,11 +647,14 @@ CREATE MACRO cache_curve_hourly_between(t0, t1) AS TABLE WITH grouped AS (SELECT
 --   queue_depth_source VARCHAR
 --   replica_count_source VARCHAR
 CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0,
-    t1)), states AS MATERIALIZED (SELECT * FROM engine_states_between((CAST(t0 AS TIMESTAMP) -
-    to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time FROM
-    spans WHERE (is_llm AND (end_time >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT)))) AND (end_time < (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))),
+    t1)), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time FROM spans WHERE (is_llm AND
+    (end_time >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND (end_time <
+    (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))), reach AS MATERIALIZED (SELECT
+    (lo - margin) AS lo, (hi + margin) AS hi FROM (SELECT min(start_time) AS lo, max(end_time) AS hi FROM keys) AS
+    span , (SELECT (CAST((2e6 * COALESCE(max(interval_s), 0)) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT))) AS margin FROM engine_metrics WHERE (("time" >= (span.lo - to_hours(CAST(trunc(CAST(2 AS
+    DOUBLE)) AS BIGINT)))) AND ("time" < (span.hi + to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states
+    AS MATERIALIZED (SELECT * FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))),
     deployments AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY deployment, replica_id ORDER BY
     "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS prev_waiting,
     lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS next_time FROM states WHERE
@@ -713,18 +719,33 @@ CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE WITH r AS (SELECT * FRO
 --   preemptions BIGINT
 --   step_tokens DOUBLE
 CREATE MACRO llm_requests_replica_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0,
-    t1)), states AS MATERIALIZED (SELECT * FROM engine_states_between((CAST(t0 AS TIMESTAMP) -
-    to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time FROM
-    spans WHERE (is_llm AND (end_time >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT)))) AND (end_time < (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))),
-    arrival AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second',
-    r.start_time) AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON
-    (((s.replica_id = k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE
-    (replica_id) FROM ((SELECT DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
-    DOUBLE))) AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON
-    (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))) SELECT r.* REPLACE (COALESCE(r.cache_hit_ratio,
-    COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    t1)), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time FROM spans WHERE (is_llm AND
+    (end_time >= (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND (end_time <
+    (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))), reach AS MATERIALIZED (SELECT
+    (lo - margin) AS lo, (hi + margin) AS hi FROM (SELECT min(start_time) AS lo, max(end_time) AS hi FROM keys) AS
+    span , (SELECT (CAST((2e6 * COALESCE(max(interval_s), 0)) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT))) AS margin FROM engine_metrics WHERE (("time" >= (span.lo - to_hours(CAST(trunc(CAST(2 AS
+    DOUBLE)) AS BIGINT)))) AND ("time" < (span.hi + to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states
+    AS MATERIALIZED (SELECT * FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival
+    AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second', r.start_time)
+    AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id =
+    k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT
+    DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys AS
+    r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND
+    (s."time" >= k."second"))))) SELECT r.* REPLACE (COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN
+    ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE
+    NULL END > 0)) THEN (least(1.0, (CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
+    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits -
+    a.cache_hits)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
+    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
+    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *
+    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate)
+    ELSE NULL END)) AS cache_hit_ratio), CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN
+    ((COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
     e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
     - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 *
@@ -735,40 +756,27 @@ CREATE MACRO llm_requests_replica_between(t0, t1) AS TABLE WITH r AS (SELECT * F
     ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
     DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN
     (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate) ELSE NULL END)) AS cache_hit_ratio), CASE WHEN
-    ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN ((COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time")
-    <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND
+    DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate) ELSE NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    cache_hit_ratio_source, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.kv_cache_usage) ELSE NULL END AS
+    kv_cache_usage, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (CAST(round(a.running) AS BIGINT)) ELSE NULL
+    END AS running_requests, CAST(round(CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
+    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
+    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.preemptions
+    - a.preemptions)) ELSE NULL END) AS BIGINT) AS preemptions, CASE WHEN ((CASE WHEN ((((a."second" - a."time") <=
+    (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND
     ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE
-    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
-    / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
-    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *
-    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate)
-    ELSE NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS cache_hit_ratio_source, CASE WHEN (((a."second" -
-    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT))))) THEN (a.kv_cache_usage) ELSE NULL END AS kv_cache_usage, CASE WHEN (((a."second" - a."time") <=
-    (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN
-    (CAST(round(a.running) AS BIGINT)) ELSE NULL END AS running_requests, CAST(round(CASE WHEN ((((a."second" -
+    DOUBLE)) AS BIGINT)))))) THEN ((e.steps - a.steps)) ELSE NULL END > 0)) THEN ((CASE WHEN ((((a."second" -
     a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
     AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.preemptions - a.preemptions)) ELSE NULL END) AS BIGINT) AS preemptions, CASE
-    WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
-    a.steps)) ELSE NULL END > 0)) THEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
-    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.step_tokens
-    - a.step_tokens)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT)
-    * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
-    a.steps)) ELSE NULL END)) ELSE NULL END AS step_tokens FROM ((r LEFT JOIN arrival AS a ON (((a.replica_id =
-    r.replica_id) AND (a."second" = date_trunc('second', r.start_time))))) LEFT JOIN departure AS e ON
-    (((e.replica_id = r.replica_id) AND (e."second" = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
-    DOUBLE)))))));
+    DOUBLE)) AS BIGINT)))))) THEN ((e.step_tokens - a.step_tokens)) ELSE NULL END / CASE WHEN ((((a."second" -
+    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
+    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))))) THEN ((e.steps - a.steps)) ELSE NULL END)) ELSE NULL END AS step_tokens FROM ((r LEFT
+    JOIN arrival AS a ON (((a.replica_id = r.replica_id) AND (a."second" = date_trunc('second', r.start_time)))))
+    LEFT JOIN departure AS e ON (((e.replica_id = r.replica_id) AND (e."second" = (date_trunc('second', r.end_time)
+    + to_seconds(CAST(1 AS DOUBLE)))))));
 
 -- replica_comparison_hourly_between(t0, t1) returns:
 --   window_start TIMESTAMP

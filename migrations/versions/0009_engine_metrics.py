@@ -147,8 +147,19 @@ def _deployment_states(states: str) -> str:
 """
 
 
-# Replica state before a request needs the hour the request may have run, and two intervals more.
-_LOW, _HIGH = "t0::TIMESTAMP - INTERVAL 2 HOUR", "t1::TIMESTAMP + INTERVAL 1 HOUR"
+# The states a window's requests can use: from two reporting intervals before the earliest arrival to two
+# after the latest end. Bounded by the requests, not the window's margins, so a 5-minute window reads
+# minutes of engine points, not hours.
+_REACH = """
+    reach AS MATERIALIZED (
+        SELECT lo - margin AS lo, hi + margin AS hi
+        FROM (SELECT min(start_time) AS lo, max(end_time) AS hi FROM keys) AS span,
+        LATERAL (
+            SELECT CAST(2e6 * coalesce(max(interval_s), 0) AS BIGINT) * INTERVAL 1 MICROSECOND AS margin
+            FROM engine_metrics WHERE time >= span.lo - INTERVAL 2 HOUR AND time < span.hi + INTERVAL 2 HOUR
+        )
+    ),
+    states AS MATERIALIZED (SELECT * FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach)))"""
 
 
 def _stale(alias: str) -> str:
@@ -234,13 +245,12 @@ def _requests(*, fleet: bool, replica: bool) -> str:
     joined = "\n    ".join(joins)
     return f"""
     WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)),
-    states AS MATERIALIZED (SELECT * FROM engine_states_between({_LOW}, {_HIGH})),
     -- A request's replica, deployment and times are those of one of the window's LLM spans (the pairing
     -- takes them from its server span, else its client span): the lookups are keyed from the spans.
     keys AS NOT MATERIALIZED (
         SELECT replica_id, deployment, start_time, end_time FROM spans
         WHERE is_llm AND end_time >= t0::TIMESTAMP - INTERVAL 1 HOUR AND end_time < t1::TIMESTAMP + INTERVAL 1 HOUR
-    ),
+    ),{_REACH},
     {ctes}
     SELECT {columns}
     FROM r
