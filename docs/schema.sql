@@ -516,32 +516,34 @@ CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_
     BIGINT)))) AND ("time" < (span.hi + to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states AS
     MATERIALIZED (SELECT * FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival AS
     (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second', r.start_time) AS
-    "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id =
-    k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT
-    DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys AS
-    r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND
-    (s."time" >= k."second"))))), deployments AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY
-    deployment, replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id
-    ORDER BY "time") AS prev_waiting, lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS
-    next_time FROM states WHERE (deployment IS NOT NULL)), events AS ((SELECT deployment, "time", (COALESCE(waiting,
-    0) - CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT))))) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" -
-    prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))
-    THEN (0) ELSE 1 END AS d_replicas FROM s) UNION ALL (SELECT deployment, ("time" + (CAST((2e6 * interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s
-    WHERE ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
+    "second" FROM keys AS r WHERE ((replica_id IS NOT NULL) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN
+    states AS s ON (((s.replica_id = k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.*
+    EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
+    DOUBLE))) AS "second" FROM keys AS r WHERE ((replica_id IS NOT NULL) AND EXISTS(SELECT 1 FROM states))) AS k
+    ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))), deployments AS
+    MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS
+    prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS prev_waiting, lead("time")
+    OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS next_time FROM states WHERE (deployment IS NOT
+    NULL)), events AS ((SELECT deployment, "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <=
+    (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN
+    (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 *
+    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS
+    d_replicas FROM s) UNION ALL (SELECT deployment, ("time" + (CAST((2e6 * interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE
+    ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT deployment, "time", sum(d_waiting) OVER
     (PARTITION BY deployment ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY deployment ORDER BY
     "time") AS replicas FROM events), fleet AS (SELECT k.*, s.* EXCLUDE (deployment) FROM ((SELECT DISTINCT
-    deployment, date_trunc('second', r.start_time) AS "second" FROM keys AS r WHERE (deployment IS NOT NULL)) AS k
-    ASOF LEFT JOIN deployments AS s ON (((s.deployment = k.deployment) AND (s."time" <= k."second"))))) SELECT r.*
-    REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL
-    END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT))
-    ELSE NULL END) AS replica_count, COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" -
-    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
-    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE
-    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    deployment, date_trunc('second', r.start_time) AS "second" FROM keys AS r WHERE ((deployment IS NOT NULL) AND
+    EXISTS(SELECT 1 FROM deployments))) AS k ASOF LEFT JOIN deployments AS s ON (((s.deployment = k.deployment) AND
+    (s."time" <= k."second"))))) SELECT r.* REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN
+    (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN
+    ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END) AS replica_count,
+    COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 *
+    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" -
+    e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
+    BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE WHEN
+    ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
     DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
     / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
@@ -668,16 +670,16 @@ CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE WITH r AS (SELECT * FRO
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT deployment, "time", sum(d_waiting) OVER
     (PARTITION BY deployment ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY deployment ORDER BY
     "time") AS replicas FROM events), fleet AS (SELECT k.*, s.* EXCLUDE (deployment) FROM ((SELECT DISTINCT
-    deployment, date_trunc('second', r.start_time) AS "second" FROM keys AS r WHERE (deployment IS NOT NULL)) AS k
-    ASOF LEFT JOIN deployments AS s ON (((s.deployment = k.deployment) AND (s."time" <= k."second"))))) SELECT r.*
-    REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL
-    END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT))
-    ELSE NULL END) AS replica_count), CASE WHEN ((r.queue_depth IS NOT NULL)) THEN ('span') WHEN ((CASE WHEN
-    ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END IS NOT NULL)) THEN ('engine') ELSE NULL
-    END AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span') WHEN ((CASE WHEN ((d.replicas
-    > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END IS NOT NULL)) THEN ('engine') ELSE NULL END AS
-    replica_count_source FROM (r LEFT JOIN fleet AS d ON (((d.deployment = r.deployment) AND (d."second" =
-    date_trunc('second', r.start_time)))));
+    deployment, date_trunc('second', r.start_time) AS "second" FROM keys AS r WHERE ((deployment IS NOT NULL) AND
+    EXISTS(SELECT 1 FROM deployments))) AS k ASOF LEFT JOIN deployments AS s ON (((s.deployment = k.deployment) AND
+    (s."time" <= k."second"))))) SELECT r.* REPLACE (COALESCE(r.queue_depth, CASE WHEN ((d.replicas > 0)) THEN
+    (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END) AS queue_depth, COALESCE(r.replica_count, CASE WHEN
+    ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END) AS replica_count), CASE WHEN ((r.queue_depth
+    IS NOT NULL)) THEN ('span') WHEN ((CASE WHEN ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE
+    NULL END IS NOT NULL)) THEN ('engine') ELSE NULL END AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT
+    NULL)) THEN ('span') WHEN ((CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END IS NOT
+    NULL)) THEN ('engine') ELSE NULL END AS replica_count_source FROM (r LEFT JOIN fleet AS d ON (((d.deployment =
+    r.deployment) AND (d."second" = date_trunc('second', r.start_time)))));
 
 -- llm_requests_replica_between(t0, t1) returns:
 --   trace_id VARCHAR
@@ -728,18 +730,19 @@ CREATE MACRO llm_requests_replica_between(t0, t1) AS TABLE WITH r AS (SELECT * F
     DOUBLE)) AS BIGINT)))) AND ("time" < (span.hi + to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states
     AS MATERIALIZED (SELECT * FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival
     AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, date_trunc('second', r.start_time)
-    AS "second" FROM keys AS r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id =
-    k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT
-    DISTINCT replica_id, (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys AS
-    r WHERE (replica_id IS NOT NULL)) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND
-    (s."time" >= k."second"))))) SELECT r.* REPLACE (COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN
-    ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    AS "second" FROM keys AS r WHERE ((replica_id IS NOT NULL) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT
+    JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*,
+    s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, (date_trunc('second', r.end_time) +
+    to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys AS r WHERE ((replica_id IS NOT NULL) AND EXISTS(SELECT 1
+    FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" >=
+    k."second"))))) SELECT r.* REPLACE (COALESCE(r.cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" -
+    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
+    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE
+    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
     DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE
-    NULL END > 0)) THEN (least(1.0, (CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits -
-    a.cache_hits)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
+    / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
     e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
     - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *

@@ -145,7 +145,11 @@ def test_a_collector_forwards_vllm_spans_and_metrics_and_the_request_gets_the_en
             )
             span.end(end_time=end_ns)
             provider.shutdown()
-            later = f"SELECT count(*) FROM engine_metrics WHERE epoch_ns(time) >= {end_ns} AND metric IS NOT NULL"
+            # The lifetime ends at the first point at or after the end of the second the request ended in.
+            end_second_ns = (end_ns // 1_000_000_000 + 1) * 1_000_000_000
+            later = (
+                f"SELECT count(*) FROM engine_metrics WHERE epoch_ns(time) >= {end_second_ns} AND metric IS NOT NULL"
+            )
             wait_until(lambda: svc.rows(later)[0][0] > 0, "a scrape after the request's end to arrive")
             wait_until(lambda: svc.rows("SELECT count(*) FROM llm_requests")[0][0] == 1, "the span to arrive")
         (row,) = svc.rows(

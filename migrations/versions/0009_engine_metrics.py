@@ -177,10 +177,13 @@ _LIFETIME = f"({_AT_ARRIVAL} AND e.time - e.second <= {_stale('e')})"
 
 
 def _lookup(column: str, second: str, direction: str, table: str) -> str:
-    """One row per (column, second) the window's LLM spans need, with the state `direction` of it."""
+    """One row per (column, second) the window's LLM spans need, with the state `direction` of it.
+
+    None when no engine reported in reach: a fleet without engine metrics pays next to nothing."""
     return f"""
         SELECT k.*, s.* EXCLUDE ({column}) FROM (
-            SELECT DISTINCT {column}, {second} AS second FROM keys AS r WHERE {column} IS NOT NULL
+            SELECT DISTINCT {column}, {second} AS second FROM keys AS r
+            WHERE {column} IS NOT NULL AND EXISTS (SELECT 1 FROM {table})
         ) AS k
         ASOF LEFT JOIN {table} AS s ON s.{column} = k.{column} AND s.time {direction} k.second"""
 
