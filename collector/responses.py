@@ -24,29 +24,22 @@ from collector.decode import Encoding, Signal
 from collector.errors import STATUS, ExportError
 from collector.pipeline import ExportResult
 
+# Per signal: the response message, its partial-success message, and the field counting what was rejected.
+_RESPONSES: dict[Signal, tuple[type[Message], type[Message], str]] = {
+    Signal.TRACES: (ExportTraceServiceResponse, ExportTracePartialSuccess, "rejected_spans"),
+    Signal.LOGS: (ExportLogsServiceResponse, ExportLogsPartialSuccess, "rejected_log_records"),
+    Signal.METRICS: (ExportMetricsServiceResponse, ExportMetricsPartialSuccess, "rejected_data_points"),
+}
+
 
 def export_response(signal: Signal, result: ExportResult) -> Message:
     """Full success is an empty response; any rejection is reported as partial success (OTLP spec)."""
-    if signal is Signal.LOGS:
-        logs = ExportLogsServiceResponse()
-        if result.rejected:
-            logs.partial_success.CopyFrom(
-                ExportLogsPartialSuccess(rejected_log_records=result.rejected, error_message=result.message)
-            )
-        return logs
-    if signal is Signal.METRICS:
-        metrics = ExportMetricsServiceResponse()
-        if result.rejected:
-            metrics.partial_success.CopyFrom(
-                ExportMetricsPartialSuccess(rejected_data_points=result.rejected, error_message=result.message)
-            )
-        return metrics
-    traces = ExportTraceServiceResponse()
+    response_type, partial_type, rejected_field = _RESPONSES[signal]
+    response = response_type()
     if result.rejected:
-        traces.partial_success.CopyFrom(
-            ExportTracePartialSuccess(rejected_spans=result.rejected, error_message=result.message)
-        )
-    return traces
+        partial = partial_type(**{rejected_field: result.rejected, "error_message": result.message})
+        response.partial_success.CopyFrom(partial)  # type: ignore[attr-defined]
+    return response
 
 
 def error_status(exc: ExportError, retry_after_seconds: int) -> status_pb2.Status:
