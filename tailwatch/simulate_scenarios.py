@@ -1,0 +1,197 @@
+"""`tailwatch simulate`'s scenarios: each plants one cause in the requests of its fault window."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from tailwatch.simulate_model import INTERVAL_NS, REPLICAS, Request, _ns, _score, healthy, pod, scrape_floor
+
+# --- scenarios: each changes requests in the fault window ------------------------------------------
+
+Fault = Callable[[random.Random, Request], Request]
+
+
+def _decode_jitter(rng: random.Random, r: Request) -> Request:
+    # Long prefills land in the decode batches: some requests decode 4x slower beside them.
+    if rng.random() < 0.15:
+        return replace(r, tpot_ms=r.tpot_ms * 4, prefill_in_batch=rng.randint(6000, 9000))
+    return r
+
+
+def _kv_eviction(rng: random.Random, r: Request) -> Request:
+    # Memory pressure evicts prefixes: cache hits fall for half the traffic, and with them quality.
+    roll = rng.random()
+    if roll < 0.30:
+        ratio, quality = rng.uniform(0.05, 0.50), 0.68
+    elif roll < 0.50:
+        ratio, quality = rng.uniform(0.56, 0.84), 0.81
+    else:
+        return r
+    scores = {"json_adherence": _score(rng, quality), "groundedness": _score(rng, quality + 0.02)}
+    return replace(r, cache_hit_ratio=ratio, prefill_ms=r.prefill_ms * (2 - ratio), scores=scores)
+
+
+def _replica_drift(rng: random.Random, r: Request) -> Request:
+    # One replica loses points on structured output (a bad weight reload, a stale LoRA).
+    if r.replica == "r3":
+        return replace(r, scores={**r.scores, "json_adherence": _score(rng, 0.82)})
+    return r
+
+
+def _quantization_regression(rng: random.Random, r: Request) -> Request:
+    # Half the fleet serves an int4 build that calls tools less correctly.
+    if r.replica in ("r2", "r3"):
+        return replace(r, quantization="int4", scores={**r.scores, "tool_call_correctness": _score(rng, 0.80)})
+    return replace(r, scores={**r.scores, "tool_call_correctness": _score(rng, 0.90)})
+
+
+def _long_context(rng: random.Random, r: Request) -> Request:
+    # Prompts beyond 64k tokens lose grounding.
+    if rng.random() < 0.15:
+        prompt = rng.randint(66_000, 120_000)
+        return replace(
+            r,
+            prompt_tokens=prompt,
+            prefill_ms=40 + prompt / 25,
+            scores={**r.scores, "groundedness": _score(rng, 0.76)},
+        )
+    return r
+
+
+# A fault that must agree with the engines' metrics, built per run from the fault window (start, end).
+EngineFault = Callable[[random.Random, datetime, datetime], Fault]
+
+
+def _kv_eviction_episodes(rng: random.Random, start: datetime, end: datetime) -> Fault:
+    # kv_eviction as the engine shows it (vllm emitter): memory pressure comes in episodes of whole scrape
+    # intervals on one replica (20-50 s), and while one lasts every request the replica serves misses the
+    # cache and answers worse. About the shares of attributes mode, in time rather than per request: 30%
+    # evicting (hits 0.05-0.45, KV 0.95+, preemptions, scores 0.68), 20% under pressure (hits 0.60-0.80,
+    # KV ~0.9, scores 0.81). The joined ratio is the replica's over the request's lifetime, so a request
+    # inside an episode gets the episode's ratio, and one at its edge a mix of two.
+    start_ns, end_ns = _ns(start), _ns(end)
+    episodes: dict[str, list[tuple[int, int, str, float, float]]] = {}
+    for replica in REPLICAS:
+        at = scrape_floor(replica, start_ns, end_ns) + INTERVAL_NS
+        rows = episodes.setdefault(replica, [])
+        while at < end_ns:
+            length = rng.randint(4, 10) * INTERVAL_NS
+            roll = rng.random()
+            if roll < 0.30:
+                rows.append((at, at + length, "low", rng.uniform(0.05, 0.45), rng.uniform(0.95, 0.99)))
+            elif roll < 0.50:
+                rows.append((at, at + length, "medium", rng.uniform(0.60, 0.80), rng.uniform(0.86, 0.93)))
+            at += length
+
+    def fault(rng: random.Random, r: Request) -> Request:
+        arrival = r.span_ns()[0]
+        episode = next((e for e in episodes.get(r.replica, ()) if e[0] <= arrival < e[1]), None)
+        if episode is None:
+            return r
+        _, _, bucket, mean, kv = episode
+        ratio = min(0.99, max(0.01, rng.gauss(mean, 0.02)))
+        quality = 0.68 if bucket == "low" else 0.81
+        scores = {"json_adherence": _score(rng, quality), "groundedness": _score(rng, quality + 0.02)}
+        return replace(
+            r,
+            cache_hit_ratio=ratio,
+            prefill_ms=r.prefill_ms * (2 - ratio),
+            scores=scores,
+            kv_cache_usage=kv,
+            preemptions=rng.randint(0, 2) if bucket == "low" else 0,
+        )
+
+    return fault
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    truth: str  # the planted cause and the alert that should catch it
+    fault: Fault | None = None
+    stream: Callable[[random.Random, datetime, datetime, float], Iterable[Request]] | None = None
+    engine_fault: EngineFault | None = None  # replaces `fault` for the vllm emitter
+
+
+def _poisson(rng: random.Random, start: datetime, end: datetime, rate: float) -> Iterable[datetime]:
+    at = start
+    while True:
+        at += timedelta(seconds=rng.expovariate(rate))
+        if at >= end:
+            return
+        yield at
+
+
+def _noisy_neighbor(rng: random.Random, start: datetime, end: datetime, rate: float) -> Iterable[Request]:
+    # bigco bursts at ~500 requests a minute with long prefills; smallco's 5 a minute wait behind it.
+    for at in _poisson(rng, start, end, rate):
+        yield healthy(rng, at)
+    for at in _poisson(rng, start, end, 500 / 60):
+        r = healthy(rng, at, {"bigco": 1.0})
+        yield replace(r, prompt_tokens=r.prompt_tokens * 3, queue_depth=rng.randint(20, 40))
+    for at in _poisson(rng, start, end, 5 / 60):
+        r = healthy(rng, at, {"smallco": 1.0})
+        yield replace(r, queue_ms=r.queue_ms + rng.uniform(8_000, 12_000), queue_depth=rng.randint(20, 40))
+
+
+def _morning_burst(rng: random.Random, start: datetime, end: datetime, rate: float) -> Iterable[Request]:
+    # Traffic jumps 10x for 15 seconds; the autoscaler has not added replicas, queues grow, quality drops.
+    burst_start = start + (end - start) / 2
+    burst_end = burst_start + timedelta(seconds=15)
+    for at in _poisson(rng, start, end, rate):
+        yield healthy(rng, at)
+    for at in _poisson(rng, burst_start, burst_end, rate * 10):
+        r = healthy(rng, at)
+        yield replace(
+            r,
+            queue_depth=rng.randint(60, 90),
+            queue_ms=r.queue_ms + rng.uniform(1_000, 4_000),
+            scores={"json_adherence": _score(rng, 0.70), "groundedness": _score(rng, 0.74)},
+        )
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("steady", "healthy traffic: no detector fires"),
+        Scenario(
+            "decode_jitter",
+            "15% of requests decode 4x slower beside >6000-token prefills: token_latency fires (prefill_burst)",
+            _decode_jitter,
+        ),
+        Scenario(
+            "kv_eviction",
+            "cache hits fall for half the traffic and quality with them (0.88 / 0.81 / 0.68 by bucket): "
+            "cache_curve fires for the low bucket",
+            _kv_eviction,
+            engine_fault=_kv_eviction_episodes,
+        ),
+        Scenario(
+            "noisy_neighbor",
+            "smallco (5 rpm) queues ~10 s behind bigco's 500 rpm burst: tenant_fairness fires for smallco only",
+            stream=_noisy_neighbor,
+        ),
+        Scenario(
+            "morning_burst",
+            "a 15-second 10x arrival burst, no new replicas; burst requests score 0.70 vs 0.88: traffic_pattern fires",
+            stream=_morning_burst,
+        ),
+        Scenario(
+            "replica_drift",
+            f"replica {pod('r3')} scores 0.06 lower on json_adherence (replica_skew, part 5)",
+            _replica_drift,
+        ),
+        Scenario(
+            "quantization_regression",
+            f"int4 replicas {pod('r2')}/{pod('r3')} score 0.10 lower on tool_call_correctness "
+            "(quantization_delta, part 5)",
+            _quantization_regression,
+        ),
+        Scenario(
+            "long_context", "prompts over 64k tokens lose 0.14 groundedness (context_length, part 5)", _long_context
+        ),
+    )
+}
