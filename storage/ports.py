@@ -280,7 +280,8 @@ class AlertQueries(Protocol):
 
 class SpanRetention(Protocol):
     def delete_ended_before(self, cutoff: datetime) -> int:
-        """Delete spans whose end_time is before `cutoff`; returns how many."""
+        """Delete spans whose end_time, and engine metric points whose time, is before `cutoff`; returns how
+        many spans."""
         ...
 
 

@@ -231,3 +231,12 @@ def test_a_read_of_one_engine_column_gives_what_the_whole_request_model_says(sto
     }
     assert any(v is not None for v in full.values())
     assert {k: r[column] for k, r in joined(storage, column).items()} == full
+
+
+def test_retention_deletes_the_engine_points_older_than_the_cutoff_with_the_spans(storage: Storage) -> None:
+    two_pods(storage)  # T0 − 1 min … T0 + 1 min, every 5 s, two pods
+    before = storage.analyst.run("SELECT count(*) AS n FROM engine_metrics").table.to_pylist()[0]["n"]
+    storage.retention.delete_ended_before(T0)
+    kept = storage.analyst.run("SELECT count(*) AS n, min(time) AS first FROM engine_metrics").table.to_pylist()[0]
+    assert kept["first"] == T0
+    assert kept["n"] == before * 13 // 25  # 13 of the 25 scrapes are at or after T0
