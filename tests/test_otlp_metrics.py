@@ -20,10 +20,14 @@ from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExp
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from test_otlp_http import PROTOBUF, post
+
+from collector.decode import Encoding, decode_metrics
+from collector.reasons import MetricRejectReason, MetricUnjoined
 
 POD = {"service.name": "vllm-llama8b", "service.instance.id": "10.0.0.7:8000", "k8s.pod.name": "vllm-llama8b-0"}
 
@@ -246,3 +250,42 @@ def test_a_point_s_labels_name_its_replica_and_deployment_as_a_span_s_attributes
             ("requests_running", "llm-app#abc", "llm-app"),
             ("requests_waiting", "10.0.0.9:8080", "llm-app"),
         ]
+
+
+def test_every_kind_of_point_is_stored_as_its_temporality_says_or_counted_as_ignored() -> None:
+    request = metrics_request(
+        [
+            # An up-down counter's cumulative value is a level: a gauge, joined as one.
+            counter("vllm:num_requests_waiting", [(T0, 4.0)], monotonic=False),
+            # A non-monotonic delta is a counter's increments: kept, not joined as a gauge.
+            counter("vllm:num_requests_running", [(T0, -1.0)], delta=True, monotonic=False),
+            histogram("my_engine:step_seconds", [(T0, 2.0, 8)]),  # unknown name: kept, not joined
+        ],
+        POD,
+    )
+    metrics = request.resource_metrics[0].scope_metrics[0].metrics
+    delta = metrics.add(name="vllm:iteration_tokens_total").histogram
+    delta.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
+    delta.data_points.add(time_unix_nano=T0, count=3)  # no sum: only the count is stored
+    delta.data_points.add(time_unix_nano=T0 + 1, count=9, sum=1.0, flags=1)  # no recorded value
+    stale = metrics.add(name="vllm:prefix_cache_hits_total").sum
+    stale.is_monotonic = True
+    stale.data_points.add(time_unix_nano=T0, as_double=5.0, flags=1)  # no recorded value
+    metrics.add(name="vllm:latency").exponential_histogram.data_points.add(time_unix_nano=T0, count=1)
+    metrics.add(name="vllm:kv_cache_usage_perc").gauge.data_points.add(time_unix_nano=T0)  # no value at all
+    decoded = decode_metrics(request.SerializeToString(), Encoding.PROTOBUF)
+    rows = sorted(
+        (r["name"], r["metric"], r["kind"], r["value"])
+        for r in decoded.metrics.select(["name", "metric", "kind", "value"]).to_pylist()
+    )
+    assert rows == [
+        ("my_engine:step_seconds_count", None, "cumulative", 8.0),
+        ("my_engine:step_seconds_sum", None, "cumulative", 2.0),
+        ("vllm:iteration_tokens_total_count", "step_tokens_count", "delta", 3.0),
+        ("vllm:num_requests_running", None, "delta", -1.0),
+        ("vllm:num_requests_waiting", "requests_waiting", "gauge", 4.0),
+    ]
+    assert decoded.ignored == 3  # the two no-recorded-value points and the exponential histogram
+    assert dict(decoded.rejections.counts) == {MetricRejectReason.MISSING_VALUE: 1}
+    assert decoded.points == 4 and decoded.items == 7
+    assert dict(decoded.unjoined) == {MetricUnjoined.UNKNOWN_NAME: 1, MetricUnjoined.TYPE_MISMATCH: 1}
