@@ -199,7 +199,7 @@ def test_bad_points_are_rejected_through_partial_success_and_the_rest_is_stored(
     assert response.partial_success.rejected_data_points == 6
     message = response.partial_success.error_message
     assert "non_finite_value" in message and "missing_time" in message and "invalid_time" in message
-    assert "missing_name" in message
+    assert "missing_name" in message and "missing_time (time_unix_nano is 0)" in message
     assert sorted(svc.rows("SELECT name, metric FROM engine_metrics"), key=str) == [
         ("my_engine_custom_thing", None),
         ("vllm:kv_cache_usage_perc", None),
@@ -260,6 +260,7 @@ def test_every_kind_of_point_is_stored_as_its_temporality_says_or_counted_as_ign
             # A non-monotonic delta is a counter's increments: kept, not joined as a gauge.
             counter("vllm:num_requests_running", [(T0, -1.0)], delta=True, monotonic=False),
             histogram("my_engine:step_seconds", [(T0, 2.0, 8)]),  # unknown name: kept, not joined
+            gauge("vllm:kv_cache_usage_perc", [(1, 0.5)]),  # 1 ns after the epoch is a time, if an odd one
         ],
         POD,
     )
@@ -282,10 +283,11 @@ def test_every_kind_of_point_is_stored_as_its_temporality_says_or_counted_as_ign
         ("my_engine:step_seconds_count", None, "cumulative", 8.0),
         ("my_engine:step_seconds_sum", None, "cumulative", 2.0),
         ("vllm:iteration_tokens_total_count", "step_tokens_count", "delta", 3.0),
+        ("vllm:kv_cache_usage_perc", "kv_cache_usage", "gauge", 0.5),
         ("vllm:num_requests_running", None, "delta", -1.0),
         ("vllm:num_requests_waiting", "requests_waiting", "gauge", 4.0),
     ]
     assert decoded.ignored == 3  # the two no-recorded-value points and the exponential histogram
     assert dict(decoded.rejections.counts) == {MetricRejectReason.MISSING_VALUE: 1}
-    assert decoded.points == 4 and decoded.items == 7
+    assert decoded.points == 5 and decoded.items == 8
     assert dict(decoded.unjoined) == {MetricUnjoined.UNKNOWN_NAME: 1, MetricUnjoined.TYPE_MISMATCH: 1}
