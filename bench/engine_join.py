@@ -3,12 +3,14 @@ the spans, and without them but with the engines' metrics (one series per replic
 
     .venv/bin/python bench/engine_join.py [--spans 10000000] [--rounds 2] [--keep DIR]
 
-Two databases hold the same requests (bench/detection.py's generator): in `spans.duckdb` each span
-carries queue_depth, replica_count and cache_hit_ratio, as a custom-instrumented fleet's would; in
-`engine.duckdb` the spans carry none of them, as vLLM's do, and engine_metrics holds what 16 replicas'
-/metrics would have said every 5 s over the day, so the request model fills them by the join. The full
-detection pass (every detector over the whole day) runs on each, alternating, `--rounds` times; the
-figure is the ratio of the medians, both measured in this run on this machine.
+Two databases hold the same requests (bench/detection.py's generator): in `spans.duckdb` each span carries
+queue_depth, replica_count and cache_hit_ratio, as a custom-instrumented fleet's would; in `engine.duckdb` the
+spans carry none of them, as vLLM's do, and engine_metrics holds what 16 replicas' /metrics would have said
+every 5 s over the day, so the request model fills them by the join. Before the passes, the engine database's
+spans are settled as the service's job would have settled them by `at` (all but the last
+`settle_after_seconds`), and what that costs is reported beside the passes. The full detection pass (every
+detector over the whole day) runs on each, alternating, `--rounds` times; the figure is the ratio of the
+medians, both measured in this run on this machine.
 """
 
 from __future__ import annotations
@@ -86,6 +88,19 @@ def build(db: Path, spans: int, start: datetime, with_metrics: bool) -> None:
     print(f"built {db.name} in {time.perf_counter() - t:.1f}s", flush=True)
 
 
+def settle(db: Path, at: datetime) -> tuple[int, float]:
+    """Settle the spans the service's job would have settled by `at`, then checkpoint; (spans, seconds)."""
+    settings = load_settings(None, {"db": str(db)}, environ={})
+    storage = open_storage(settings)
+    try:
+        t = time.perf_counter()
+        settled = storage.engine_facts.settle(at - timedelta(seconds=settings.metrics.settle_after_seconds))
+        storage.writer.submit(lambda con: con.execute("CHECKPOINT")).result()
+        return settled, time.perf_counter() - t
+    finally:
+        storage.close()
+
+
 def full_pass(settings: Settings, at: datetime, per_detector: dict[str, list[float]]) -> float:
     storage = open_storage(settings)
     try:
@@ -115,9 +130,12 @@ def main() -> None:
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="tw-join-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     dbs = {"spans": workdir / "spans.duckdb", "engine": workdir / "engine.duckdb"}
+    settled: dict[str, tuple[int, float]] = {}
     for name, db in dbs.items():
         if not db.exists():
             build(db, args.spans, start, with_metrics=name == "engine")
+        settled[name] = settle(db, at)
+        print(f"settled {db.name}: {settled[name][0]} spans in {settled[name][1]:.1f}s", flush=True)
     day = {"window_seconds": 86400, "settle_seconds": 0}
     detectors = {k: day for k in REGISTRY if k != "token_latency"}
     times: dict[str, list[float]] = {name: [] for name in dbs}
@@ -155,6 +173,8 @@ def main() -> None:
             {
                 "spans": args.spans,
                 "engine_metric_rows": points,
+                "settled_spans": settled["engine"][0],
+                "settle_seconds": round(settled["engine"][1], 2),
                 "requests_filled_queue_depth": filled[1],
                 "requests_filled_cache_hit_ratio": filled[2],
                 "full_pass_seconds_facts_on_spans": [round(t, 2) for t in times["spans"]],

@@ -24,7 +24,7 @@ class Origin(StrEnum):
     OTLP = "otlp"  # the decoder, from the OTLP message itself
     ATTRIBUTES = "attributes"  # normalization, from attributes in priority order (normalize.FIELDS), then derived
     CLASSIFIED = "classified"  # normalization's verdict on the span: is_llm, llm_role
-    STORAGE = "storage"  # the writer, at commit; not part of the decoder's batch
+    STORAGE = "storage"  # the writer, at commit or when settling engine facts; not part of the decoder's batch
 
 
 # The DuckDB type each Arrow type is stored as. Nanosecond Arrow timestamps land in microsecond TIMESTAMPs.
@@ -114,6 +114,23 @@ SPAN_COLUMNS: tuple[Column, ...] = (
            "absent), else the span attribute deployment.", _ATTR),
     Column("ingested_at", _TIME, _UTC, "When the span was committed (arrival time).", Origin.STORAGE,
            required=True),
+    # Settled engine facts (docs/engine-metrics.md): what the engines said for this span's replica,
+    # deployment and times, stored once its engine metrics have arrived; never the span's own values.
+    Column("engine_settled", pa.bool_(), None, "True once the span's engine facts are stored; NULL until then.",
+           Origin.STORAGE),
+    Column("engine_queue_depth", _INT, "count (requests)", "The deployment's waiting requests at the span's start.",
+           Origin.STORAGE),
+    Column("engine_replica_count", _INT, "count (replicas)", "The deployment's reporting replicas at the span's "
+           "start.", Origin.STORAGE),
+    Column("engine_cache_hit_ratio", _FLOAT, "0..1", "The replica's prefix-cache hits / queries during the span.",
+           Origin.STORAGE),
+    Column("engine_kv_cache_usage", _FLOAT, "0..1", "The replica's KV-cache usage at the span's start.",
+           Origin.STORAGE),
+    Column("engine_running_requests", _INT, "count (requests)", "The replica's running requests at the span's "
+           "start.", Origin.STORAGE),
+    Column("engine_preemptions", _INT, "count", "The replica's preemptions during the span.", Origin.STORAGE),
+    Column("engine_step_tokens", _FLOAT, "tokens", "The replica's tokens per engine step during the span.",
+           Origin.STORAGE),
 )  # fmt: skip
 
 # `span_scores`: one row per quality score, keyed by the judged span.

@@ -285,6 +285,13 @@ class SpanRetention(Protocol):
         ...
 
 
+class EngineFacts(Protocol):
+    def settle(self, until: datetime) -> int:
+        """Store the engine facts of the LLM spans that ended before `until`, held back to the newest engine
+        point, so reads of them join nothing; returns how many spans were settled."""
+        ...
+
+
 Params = Sequence[Any] | Mapping[str, Any] | None
 
 
@@ -343,6 +350,8 @@ class Storage(Protocol):
     def retention(self) -> SpanRetention: ...
     @property
     def scrape_health(self) -> ScrapeHealth: ...
+    @property
+    def engine_facts(self) -> EngineFacts: ...
 
     def stop_writes(self) -> None:
         """Commit everything queued and take no more writes. Idempotent."""

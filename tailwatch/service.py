@@ -130,6 +130,13 @@ class Service:
             id="retention",
             next_run_time=datetime.now(UTC),
         )
+        self._scheduler.add_job(
+            self.settle_engine_facts,
+            "interval",
+            seconds=s.metrics.settle_interval_seconds,
+            id="engine_facts",
+            next_run_time=datetime.now(UTC),
+        )
         detectors = schedule(self._scheduler, self.detection)
         self._scheduler.start()
         # Its own thread rather than a scheduler job: one hanging target must not hold up the next round.
@@ -164,6 +171,14 @@ class Service:
         if deleted:
             log.info("retention: deleted %d spans that ended before %s", deleted, cutoff.isoformat())
         return deleted
+
+    def settle_engine_facts(self) -> int:
+        """Store the engine facts of requests whose engine metrics have arrived; returns how many spans."""
+        until = (datetime.now(UTC) - timedelta(seconds=self.settings.metrics.settle_after_seconds)).replace(tzinfo=None)
+        settled = self.storage.engine_facts.settle(until)
+        if settled:
+            log.debug("engine facts: settled %d spans that ended before %s", settled, until.isoformat())
+        return settled
 
     async def shutdown(self) -> None:
         """Stop intake, answer what is in flight, commit everything queued, close the database. Idempotent."""

@@ -179,6 +179,16 @@ class MetricsSettings(_Section):
         description="More names per canonical engine metric (docs/engine-metrics.md), e.g. for an engine fork.",
     )
     scrape: ScrapeSettings = ScrapeSettings()
+    settle_after_seconds: float = Field(
+        120.0,
+        gt=0,
+        le=86400,
+        description="A request's engine facts are computed and stored once it ended this long ago and engine "
+        "points newer than its end have arrived; points arriving later do not change them.",
+    )
+    settle_interval_seconds: int = Field(
+        30, ge=1, le=3600, description="How often requests whose engine metrics have arrived are settled."
+    )
 
     @field_validator("names")
     @classmethod

@@ -68,15 +68,30 @@ def store_spans(storage: Storage, rows: list[dict[str, Any]]) -> None:
     future.result(timeout=HANG_GUARD)
 
 
-@pytest.fixture
-def storage(tmp_path: Path) -> Iterator[Storage]:
+# Storages whose spans are settled before every read: each test runs once joined live, once settled, and
+# both must give the same answers.
+SETTLED: set[int] = set()
+LATER = T0 + timedelta(days=1)
+
+
+@pytest.fixture(params=["live", "settled"])
+def storage(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Storage]:
     store = DuckDBStorage.open(tmp_path / "join.duckdb")
+    if request.param == "settled":
+        SETTLED.add(id(store))
     yield store
+    SETTLED.discard(id(store))
     store.close()
+
+
+def settle_if_asked(storage: Storage) -> None:
+    if id(storage) in SETTLED:
+        storage.engine_facts.settle(LATER)
 
 
 def joined(storage: Storage, *columns: str) -> dict[str, dict[str, Any]]:
     """Each request's engine-filled columns, by span_id."""
+    settle_if_asked(storage)
     table = storage.windows.requests(
         Requests(Window(T0 - timedelta(minutes=5), T0 + timedelta(minutes=5)), columns or ENGINE_COLUMNS, ids=True)
     )
@@ -84,6 +99,7 @@ def joined(storage: Storage, *columns: str) -> dict[str, dict[str, Any]]:
 
 
 def sources(storage: Storage) -> dict[str, tuple[str | None, str | None, str | None]]:
+    settle_if_asked(storage)
     rows = storage.analyst.run(
         "SELECT span_id, queue_depth_source, replica_count_source, cache_hit_ratio_source FROM llm_requests"
     ).table.to_pylist()
@@ -225,6 +241,7 @@ def test_a_read_of_one_engine_column_gives_what_the_whole_request_model_says(sto
         for i in range(1, 40, 2)
     ]
     store_spans(storage, spans)
+    settle_if_asked(storage)
     full = {
         r["span_id"]: r[column]
         for r in storage.analyst.run(f"SELECT span_id, {column} FROM llm_requests").table.to_pylist()

@@ -30,11 +30,12 @@ _SERVER_FIRST = (
 _LOW, _HIGH = "t0::TIMESTAMP", "t1::TIMESTAMP"
 
 
-def _requests_sql() -> str:
-    spans_cols = ", ".join(("trace_id", "span_id", "llm_role", "status_code", *_SERVER_FIRST, *_CLIENT_FIRST))
-    client_cols = ", ".join(f"c.{col} AS c_{col}" for col in ("status_code", *_SERVER_FIRST, *_CLIENT_FIRST))
+def _requests_sql(server_first: tuple[str, ...] = _SERVER_FIRST) -> str:
+    """The pairing; a later revision that adds span columns passes them as `server_first`."""
+    spans_cols = ", ".join(("trace_id", "span_id", "llm_role", "status_code", *server_first, *_CLIENT_FIRST))
+    client_cols = ", ".join(f"c.{col} AS c_{col}" for col in ("status_code", *server_first, *_CLIENT_FIRST))
     # Only the request itself (the latest attempt) falls back to the client's figures.
-    merged = [f"coalesce(x.{col}, CASE WHEN p.attempt = 1 THEN p.c_{col} END) AS {col}" for col in _SERVER_FIRST]
+    merged = [f"coalesce(x.{col}, CASE WHEN p.attempt = 1 THEN p.c_{col} END) AS {col}" for col in server_first]
     merged += [f"coalesce(p.c_{col}, x.{col}) AS {col}" for col in _CLIENT_FIRST]
     merged_cols = ",\n            ".join(merged)
     return f"""

@@ -12,6 +12,7 @@ from storage.duckdb import migrate
 from storage.duckdb.analyst import AnalystQueries, lock_down
 from storage.duckdb.database import open_database
 from storage.duckdb.detector_store import DuckDBDetectorStore
+from storage.duckdb.engine_facts import DuckDBEngineFacts
 from storage.duckdb.readers import Reader
 from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
 from storage.duckdb.retention import delete_expired
@@ -50,6 +51,7 @@ class DuckDBStorage:
         self.analyst = AnalystQueries(con, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
         self.retention = DuckDBRetention(writer)
         self.scrape_health = DuckDBScrapeHealth(writer)
+        self.engine_facts = DuckDBEngineFacts(writer)
         self.reader = Reader(con)
         self._closed = False
 

@@ -1,0 +1,77 @@
+"""Settling engine facts: each LLM span's engine facts computed once and stored beside it.
+
+A span is settled once its end is older than the horizon the caller gives and the engine metrics have
+reached past it (the newest stored point), so a Collector that fell behind holds settling back instead
+of settling spans with facts missing. Spans stored late settle at the next call. Points that arrive after
+a span settled do not change it (docs/engine-metrics.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from functools import partial
+
+import duckdb
+
+from storage.duckdb.writer import Writer
+
+# One hour of spans a job: the writer commits ingest between chunks, and a chunk's engine states stay small.
+CHUNK = timedelta(hours=1)
+
+_FACTS = ("queue_depth", "replica_count", "cache_hit_ratio", "kv_cache_usage", "running_requests", "preemptions",
+          "step_tokens")  # fmt: skip
+
+_UPDATE = f"""
+    UPDATE spans SET engine_settled = true, {", ".join(f"engine_{fact} = f.{fact}" for fact in _FACTS)}
+    FROM span_engine_facts_between($lo, $hi) AS f
+    WHERE spans.rowid = f.row_id
+"""
+
+
+def horizon(con: duckdb.DuckDBPyConnection, until: datetime) -> datetime | None:
+    """How far spans can settle: `until`, held back to the newest engine point; None without any."""
+    newest = con.execute("SELECT max(time) FROM engine_metrics").fetchone()
+    if newest is None or newest[0] is None:
+        return None
+    latest: datetime = newest[0]
+    return min(until, latest)
+
+
+def next_chunk(con: duckdb.DuckDBPyConnection, until: datetime) -> tuple[datetime, datetime] | None:
+    """The next range of end times holding unsettled LLM spans, at most CHUNK long; None when none is left."""
+    limit = horizon(con, until)
+    if limit is None:
+        return None
+    row = con.execute(
+        "SELECT min(end_time) FROM spans WHERE is_llm AND engine_settled IS NULL AND end_time < ?", [limit]
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    low: datetime = row[0]
+    return low, min(limit, low + CHUNK)
+
+
+def settle_chunk(con: duckdb.DuckDBPyConnection, low: datetime, high: datetime) -> int:
+    """Store the engine facts of the unsettled LLM spans that ended in [low, high); returns how many."""
+    row = con.execute(_UPDATE, {"lo": low, "hi": high}).fetchone()
+    return int(row[0]) if row else 0
+
+
+class DuckDBEngineFacts:
+    """The `EngineFacts` port: every chunk is one job on the writer, so ingest commits between them."""
+
+    def __init__(self, writer: Writer) -> None:
+        self._writer = writer
+
+    def settle(self, until: datetime) -> int:
+        settled = 0
+        while True:
+            chunk = self._writer.submit(lambda con: next_chunk(con, until)).result()
+            if chunk is None:
+                return settled
+            low, high = chunk
+            done = self._writer.submit(partial(settle_chunk, low=low, high=high)).result()
+            # A chunk always holds the span that started it; should one settle nothing, stop rather than spin.
+            if done == 0:
+                return settled
+            settled += done

@@ -1,0 +1,148 @@
+"""Settling engine facts: each LLM span's engine facts stored beside it once the engine metrics around it
+have arrived, so reads of settled windows join nothing. (tests/test_engine_join.py runs every join rule
+both live and settled.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from builders import gauge
+from conftest import RunningService, service_settings
+from test_engine_join import (
+    ENGINE_COLUMNS,
+    LATER,
+    T0,
+    every_5s,
+    joined,
+    pod,
+    request_span,
+    store_metrics,
+    store_spans,
+    two_pods,
+)
+from waiting import HANG_GUARD, wait_until
+
+from storage.duckdb.backend import DuckDBStorage
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Iterator[DuckDBStorage]:
+    store = DuckDBStorage.open(tmp_path / "settle.duckdb")
+    yield store
+    store.close()
+
+
+def settled_flags(storage: DuckDBStorage) -> dict[str, bool | None]:
+    rows = storage.analyst.run("SELECT span_id, engine_settled FROM spans").table.to_pylist()
+    return {r["span_id"]: r["engine_settled"] for r in rows}
+
+
+def forget_engine_metrics(storage: DuckDBStorage) -> None:
+    storage.writer.submit(lambda con: con.execute("DELETE FROM engine_metrics")).result(timeout=HANG_GUARD)
+
+
+def test_a_settled_request_keeps_its_facts_after_the_engine_points_are_gone(storage: DuckDBStorage) -> None:
+    two_pods(storage)
+    store_spans(storage, [request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    live = joined(storage)["0000000000000002"]
+    assert storage.engine_facts.settle(LATER) == 1
+    forget_engine_metrics(storage)
+    # Nothing is left to join: the values can only come from what settling stored.
+    assert joined(storage)["0000000000000002"] == live
+    assert live["queue_depth"] == 5 and live["preemptions"] == 3
+
+
+def test_an_unsettled_request_is_joined_live_and_settles_at_the_next_call(storage: DuckDBStorage) -> None:
+    two_pods(storage)
+    store_spans(storage, [request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    assert storage.engine_facts.settle(LATER) == 1
+    # Stored after settling, as a span held up in an exporter's retries would be.
+    store_spans(storage, [request_span(3, "pod-b", T0 + timedelta(seconds=2), T0 + timedelta(seconds=9))])
+    assert settled_flags(storage)["0000000000000004"] is None
+    live = joined(storage)["0000000000000004"]
+    assert live["queue_depth"] == 5 and live["running_requests"] == 4
+    assert storage.engine_facts.settle(LATER) == 1
+    assert settled_flags(storage) == {"0000000000000002": True, "0000000000000004": True}
+    assert joined(storage)["0000000000000004"] == live
+
+
+def test_points_arriving_after_a_request_settled_do_not_change_it(storage: DuckDBStorage) -> None:
+    times = every_5s(T0 - timedelta(minutes=1), T0 + timedelta(minutes=1))
+    store_metrics(storage, pod("pod-a", [gauge("vllm:num_requests_waiting", [(t, 2.0) for t in times])]))
+    store_spans(storage, [request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    storage.engine_facts.settle(LATER)
+    store_metrics(storage, pod("pod-b", [gauge("vllm:num_requests_waiting", [(t, 3.0) for t in times])]))
+    row = joined(storage, "queue_depth", "replica_count")["0000000000000002"]
+    assert (row["queue_depth"], row["replica_count"]) == (2, 1)
+
+
+def test_spans_settle_only_as_far_as_the_engine_points_have_arrived(storage: DuckDBStorage) -> None:
+    # The engines have reported up to T0 + 1 min; a request ending later waits for them, whatever `until` says.
+    two_pods(storage)
+    store_spans(
+        storage,
+        [
+            request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13)),
+            request_span(3, "pod-a", T0 + timedelta(seconds=50), T0 + timedelta(seconds=61)),
+        ],
+    )
+    assert storage.engine_facts.settle(T0 + timedelta(seconds=10)) == 0
+    assert storage.engine_facts.settle(LATER) == 1
+    assert settled_flags(storage) == {"0000000000000002": True, "0000000000000004": None}
+
+
+def test_without_engine_metrics_nothing_is_settled(storage: DuckDBStorage) -> None:
+    store_spans(storage, [request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    assert storage.engine_facts.settle(LATER) == 0
+    assert settled_flags(storage) == {"0000000000000002": None}
+
+
+def test_settling_goes_an_hour_of_spans_at_a_time_and_leaves_none_behind(storage: DuckDBStorage) -> None:
+    # Three hours of requests, one a minute, with the engines reporting throughout.
+    hours = 3
+    times = every_5s(T0 - timedelta(minutes=1), T0 + timedelta(hours=hours, minutes=1))
+    store_metrics(storage, pod("pod-a", [gauge("vllm:num_requests_waiting", [(t, 1.0) for t in times])]))
+    spans = [
+        request_span(2 * i + 1, "pod-a", T0 + timedelta(minutes=i), T0 + timedelta(minutes=i, seconds=7))
+        for i in range(hours * 60)
+    ]
+    store_spans(storage, spans)
+    assert storage.engine_facts.settle(LATER) == hours * 60
+    assert set(settled_flags(storage).values()) == {True}
+    rows = storage.analyst.run("SELECT DISTINCT queue_depth, queue_depth_source FROM llm_requests").table.to_pylist()
+    assert rows == [{"queue_depth": 1, "queue_depth_source": "engine"}]
+
+
+def test_a_request_seen_by_a_gateway_and_a_replica_takes_the_replica_s_settled_facts(storage: DuckDBStorage) -> None:
+    two_pods(storage)
+    server = request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))
+    client: dict[str, Any] = {
+        **server, "span_id": "00000000000000aa", "kind": "CLIENT", "llm_role": "client", "replica_id": "gateway-0",
+        "deployment": "gateway", "start_time": T0, "end_time": T0 + timedelta(seconds=14), "tenant_id": "acme",
+    }  # fmt: skip
+    store_spans(storage, [server, client])
+    live = joined(storage)
+    storage.engine_facts.settle(LATER)
+    forget_engine_metrics(storage)
+    settled = joined(storage)
+    assert settled == live
+    row = settled["00000000000000aa"]
+    assert (row["queue_depth"], row["replica_count"], row["running_requests"]) == (5, 2, 4)
+    assert all(row[c] is not None for c in ENGINE_COLUMNS)
+
+
+def test_the_service_settles_requests_on_its_schedule(db_path: Path) -> None:
+    settings = service_settings(db_path, metrics={"settle_interval_seconds": 1, "settle_after_seconds": 60})
+    with RunningService(settings) as running:
+        storage = running.service.storage
+        two_pods(storage)
+        store_spans(storage, [request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+        wait_until(
+            lambda: running.rows("SELECT engine_settled, engine_queue_depth FROM spans") == [(True, 5)],
+            "the request's engine facts settled by the scheduled job",
+        )
