@@ -69,6 +69,8 @@ class Detection:
     figures: pl.DataFrame
     conditions: list[Condition] = field(default_factory=list)
     extra_tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    # By alert_id: what this evaluation says of another detector's firing alert (clusters' explanations).
+    explanations: dict[str, str] = field(default_factory=dict)
 
 
 Inputs = Callable[[Any, Window], dict[str, Read]]

@@ -1,14 +1,25 @@
-"""clusters: which attribute combinations explain a window's bad requests, scored, with a fix.
+"""clusters: which attribute combinations explain a window's bad requests, symptom by symptom, with a fix.
 
-A request is bad when it errored, its tpot_ms or e2e_ms is above the window's p99, one of its scores
-is below `score_floor`, or (with `alert_groups_bad`) it belongs to the group of a firing alert.
-Every value of every candidate dimension (and every pair of frequent values) is scored the way
-MacroBase/DIFF and Honeycomb BubbleUp do: the risk ratio (how much more likely a request in the
-group is to be bad than one outside it) and the support (the share of all bad requests the group
-holds). A pair is kept only when it is more specific than both its halves (a higher risk ratio than
-either); a single value is dropped when a kept pair over it explains the same bad requests.
-`score` = support × (1 − 1/risk ratio): the share of the window's bad requests the group accounts
-for beyond what chance would put there. Deterministic: no sampling, no model, ties by signature.
+Each symptom is its own outcome over its own requests: `error` (every request), `tpot_tail` (tpot_ms above
+the window's p99, among requests with a tpot), `latency_tail` (e2e_ms or ttft_ms above its p99), and one
+`score:<name>` per score name (the request's lowest score of that name below its floor, among the
+requests scored with it; a binary pass/fail score fails at 0). A request unscored for a name is no
+evidence either way for that name, and an error is not a low score: the symptoms never dilute each other.
+
+Every value of every candidate dimension, and every pair of values frequent on a symptom, is a
+candidate for that symptom, scored as MacroBase/DIFF and Honeycomb BubbleUp do by its risk ratio. A
+candidate is kept when the evidence holds up (detectors/evidence.py): the lower confidence bound of
+its risk ratio is above 1 at `evidence_level`, corrected for every candidate tried in the window; with
+`min_support` (its share of the symptom's bad requests), `min_size` and `max_share` as guards. A pair
+is kept only when more specific than both its halves (a risk ratio 1.25x either's); a single value is
+dropped when a kept pair over it, on the same symptom, holds 90 % of its bad requests. Clusters are
+ranked by the bad requests they explain beyond chance. Deterministic: no sampling, no model, ties by
+symptom and signature.
+
+Every firing alert of replica_skew, tenant_fairness, quantization_delta, cache_curve, saturation or
+context_length that names a group is explained: by a cluster on the alert's symptom whose signature
+contains the group, or by a sentence saying that none passed the evidence test, with the numbers. The
+sentence is stored on the alert (`alerts.explanation`).
 
 Alert labels (LABELS): none. It raises no alerts; its findings are the rows of its table.
 """
@@ -18,24 +29,24 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
 import polars as pl
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from detectors.base import Detection, DetectorConfig, Read, Window
+from detectors.evidence import Evidence, bar
 from detectors.frames import ids_as_strings, request_key, scores
 from storage.ports import FiringAlerts, Requests
 
 KEY = "clusters"
-SUMMARY = "Scored groups of bad requests (risk ratio x support), each with a summary and a suggested fix."
+SUMMARY = "Groups of requests riskier for a symptom than the rest, with the evidence, a summary and a fix."
 LABELS: tuple[str, ...] = ()
-_MAX_RISK = 1000.0
-_MIN_OUTSIDE = 20
 REQUEST_COLUMNS = (
     "trace_id", "status_code", "tenant_id", "replica_id", "deployment", "model", "input_tokens",
-    "tpot_ms", "e2e_ms", "cache_hit_ratio", "queue_depth", "replica_count", "quantization", "finish_reason",
+    "tpot_ms", "e2e_ms", "ttft_ms", "cache_hit_ratio", "queue_depth", "replica_count", "quantization", "finish_reason",
     "prefill_tokens_in_batch", "kv_cache_usage", "preemptions",
 )  # fmt: skip
 DIMENSIONS = (
@@ -48,6 +59,8 @@ ALERT_LABELS = {
     "quantization": "quantization", "pattern": "traffic_pattern", "prompt_bucket": "prompt_bucket",
 }  # fmt: skip
 ALERT_BUCKETS = {"cache_curve": "cache_bucket", "saturation": "saturation_bucket"}
+# The detectors whose firing alerts on a group every pass explains or says why it cannot.
+EXPLAINED = ("replica_skew", "tenant_fairness", "quantization_delta", "cache_curve", "saturation", "context_length")
 
 # The rule table behind `suggested_fix`, by dimension (and value where it matters). docs/detectors.md.
 FIXES: dict[str, str] = {
@@ -73,25 +86,42 @@ FIX_ORDER = ("replica_id", "quantization", "saturation_bucket", "preempted", "kv
 
 
 class Config(DetectorConfig):
-    score_floor: float = Field(0.8, ge=0, le=1, description="A request with any score below this is bad.")
-    min_support: float = Field(0.05, gt=0, le=1, description="A cluster must hold at least this share of bad requests.")
+    score_floor: float = Field(
+        0.8, ge=0, le=1, description="A score below this is a failure of its name (a pass/fail score fails at 0)."
+    )
+    score_floors: dict[str, float] = Field(
+        {}, description="Floors by score name, overriding score_floor, e.g. {groundedness: 0.6}."
+    )
+    evidence_level: float = Field(
+        0.01,
+        gt=0,
+        lt=0.5,
+        description="The chance a window without any cause reports a cluster: each candidate's exact-test p-value "
+        "is held to this divided by the number of candidates tried.",
+    )
+    min_support: float = Field(
+        0.05, gt=0, le=1, description="A cluster must hold at least this share of its symptom's bad requests."
+    )
     max_share: float = Field(
         0.6, gt=0, le=1, description="A group holding more of the window's requests than this is not an explanation."
     )
-    min_risk_ratio: float = Field(
-        2.0, gt=1, description="A cluster's requests must be at least this much likelier bad."
-    )
     min_size: int = Field(20, ge=1, description="Requests a cluster needs.")
-    min_score: float = Field(0.10, ge=0, le=1, description="Clusters scoring below this are not reported.")
     max_clusters: int = Field(10, ge=1, description="Clusters kept per window, best first.")
     examples: int = Field(5, ge=1, le=50, description="Example trace ids stored per cluster.")
-    alert_groups_bad: bool = Field(
-        False,
-        description="Requests in a firing alert's group count as bad (off by default: clusters then echo the alerts).",
-    )
     extra_dimensions: tuple[str, ...] = Field(
         (), description="More llm_requests columns to split by (e.g. provider, operation)."
     )
+
+    @field_validator("score_floors")
+    @classmethod
+    def _floors_in_range(cls, floors: dict[str, float]) -> dict[str, float]:
+        for name, floor in floors.items():
+            if not 0 <= floor <= 1:
+                raise ValueError(f"the floor of score {name!r} is {floor}; a floor is between 0 and 1")
+        return floors
+
+    def floor(self, score: str) -> float:
+        return self.score_floors.get(score, self.score_floor)
 
 
 def inputs(config: Config, window: Window) -> dict[str, Read]:
@@ -106,32 +136,107 @@ def inputs(config: Config, window: Window) -> dict[str, Read]:
     }
 
 
+@dataclass(frozen=True)
+class Symptom:
+    """An outcome: `key` as the clusters table and alerts name it, `text` as a summary says it."""
+
+    key: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    signature: tuple[tuple[str, str], ...]
+    symptom: int  # index into the window's symptoms
+    evidence: Evidence
+
+    def signature_json(self) -> str:
+        return json.dumps(dict(self.signature), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Found:
+    """What find_clusters kept, best first, and the test every candidate was held to."""
+
+    clusters: list[Candidate]
+    tried: int
+    bar: float  # the chance each candidate's evidence had to be under
+
+
 def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> Detection:
-    table, low = _with_dimensions(frames, config)
+    table, symptoms = with_symptoms(frames, config)
     dims = [*DIMENSIONS, *config.extra_dimensions]
-    if table.height == 0 or table["bad"].sum() == 0:
-        return Detection(figures=_empty(window))
-    found = find_clusters(table, dims, config)
-    alerts = [(str(r["detector"]), json.loads(r["labels"])) for r in frames["alerts"].iter_rows(named=True)]
-    rows = [_row(c, table, rank, window, config, low=low, alerts=alerts) for rank, c in enumerate(found, 1)]
-    return Detection(figures=pl.DataFrame(rows, schema=_SCHEMA) if rows else _empty(window))
+    found = find_clusters(table, dims, len(symptoms), config)
+    alerts = [
+        (str(r["alert_id"]), str(r["detector"]), json.loads(r["labels"]))
+        for r in frames["alerts"].iter_rows(named=True)
+    ]
+    rows = [
+        _row(c, rank, table=table, window=window, config=config, symptoms=symptoms, found=found, alerts=alerts)
+        for rank, c in enumerate(found.clusters, 1)
+    ]
+    explanations = _explanations(alerts, rows, table=table, symptoms=symptoms, found=found, config=config)
+    figures = pl.DataFrame(rows, schema=_SCHEMA) if rows else _empty(window)
+    return Detection(figures=figures, explanations=explanations)
 
 
-def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every request with its dimensions, `bad` and `bad_reason` (a code); and each low-scored request's
-    lowest-scoring name (`_request`, `low_score`)."""
+def with_symptoms(frames: dict[str, pl.DataFrame], config: Config) -> tuple[pl.DataFrame, list[Symptom]]:
+    """Every request with its dimensions and, for each symptom i, `_in{i}` (the request is one the symptom
+    is measured on) and `_bad{i}` (it shows it)."""
     # trace_id is the one id fetched, for the examples a cluster quotes; requests and their scores
     # meet on the 64-bit request key.
     key = request_key(frames["requests"], frames["scores"])
     reqs = frames["requests"].with_columns(
-        *ids_as_strings(frames["requests"]), pl.col("tpot_ms", "e2e_ms").cast(pl.Float64)
+        *ids_as_strings(frames["requests"]), pl.col("tpot_ms", "e2e_ms", "ttft_ms").cast(pl.Float64)
     )
+    reqs = _with_dimensions(reqs).with_columns(key)
+    symptoms = [
+        Symptom("error", "errored"),
+        Symptom("tpot_tail", "had a tpot above the window p99"),
+        Symptom("latency_tail", "had an e2e or TTFT above the window p99"),
+    ]
+    tpot, e2e, ttft = pl.col("tpot_ms"), pl.col("e2e_ms"), pl.col("ttft_ms")
+    measures: list[tuple[pl.Expr, pl.Expr]] = [
+        (pl.lit(True), pl.col("status_code") == "ERROR"),
+        (tpot.is_not_null(), _above_p99(tpot)),
+        (e2e.is_not_null() | ttft.is_not_null(), _above_p99(e2e) | _above_p99(ttft)),
+    ]
+    # Each request's lowest score of each name, one column per name: a request unscored for a name is
+    # outside that symptom, not a pass.
+    lows = (
+        frames["scores"]
+        .select(key, pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64))
+        .group_by("_request", "name")
+        .agg(pl.col("score").min())
+    )
+    names = sorted(lows["name"].unique().drop_nulls().to_list())
+    if names:
+        wide = lows.pivot(on="name", index="_request", values="score").rename(
+            {name: f"_score{i}" for i, name in enumerate(names)}
+        )
+        reqs = reqs.join(wide, on="_request", how="left", maintain_order="left")
+    for i, name in enumerate(names):
+        floor = config.floor(name)
+        symptoms.append(Symptom(f"score:{name}", f"scored {name} below {floor:g}"))
+        measures.append((pl.col(f"_score{i}").is_not_null(), pl.col(f"_score{i}") < floor))
+    reqs = reqs.with_columns(
+        *(population.alias(f"_in{i}") for i, (population, _) in enumerate(measures)),
+        *((population & bad).fill_null(False).alias(f"_bad{i}") for i, (population, bad) in enumerate(measures)),
+    )
+    return reqs, symptoms
+
+
+def _above_p99(column: pl.Expr) -> pl.Expr:
+    return (column > column.quantile(0.99, "linear")).fill_null(False)
+
+
+def _with_dimensions(reqs: pl.DataFrame) -> pl.DataFrame:
     ratio = pl.col("cache_hit_ratio")
     saturation = pl.col("queue_depth") / pl.when(pl.col("replica_count") > 0).then(pl.col("replica_count"))
     prompt = pl.col("input_tokens")
-    # Buckets as enums (a byte a request) and the reason a request is bad as a code: over a day of
-    # requests, string columns for these were most of the clustering step's memory.
-    reqs = reqs.with_columns(
+    # Buckets as enums, a byte a request: over a day of requests, string columns for these were most of
+    # the clustering step's memory.
+    return reqs.with_columns(
         cache_bucket=pl.when(ratio > 0.85).then(_lit("high", CACHE)).when(ratio >= 0.55).then(_lit("medium", CACHE))
         .when(ratio.is_not_null()).then(_lit("low", CACHE)),
         saturation_bucket=pl.when(saturation < 2).then(_lit("idle", SATURATION))
@@ -151,39 +256,8 @@ def _with_dimensions(frames: dict[str, pl.DataFrame], config: Config) -> tuple[p
         preempted=pl.when(pl.col("preemptions") > 0).then(_lit("yes", YES_NO))
         .when(pl.col("preemptions").is_not_null()).then(_lit("no", YES_NO)),
     )  # fmt: skip
-    low = (
-        frames["scores"]
-        .filter(pl.col("score").cast(pl.Float64) < config.score_floor)
-        .select(key, pl.col("name").cast(pl.String))
-        .group_by("_request")
-        .agg(pl.col("name").sort().first().alias("low_score"))
-    )
-    # Which requests scored low is a membership test; the score's name is looked up later, for the
-    # bad requests of a reported cluster only: no column of ten million names.
-    reqs = reqs.with_columns(key).with_columns(low_scored=pl.col("_request").is_in(low["_request"].implode()))
-    errors = pl.col("status_code") == "ERROR"
-    slow_decode = pl.col("tpot_ms") > pl.col("tpot_ms").quantile(0.99, "linear")
-    slow = pl.col("e2e_ms") > pl.col("e2e_ms").quantile(0.99, "linear")
-    in_alert = _alert_members(frames["alerts"], reqs, config.max_share) if config.alert_groups_bad else pl.lit(False)
-    code = (
-        pl.when(errors).then(_code(ERROR))
-        .when(pl.col("low_scored")).then(_code(LOW_SCORE))
-        .when(slow_decode.fill_null(False)).then(_code(SLOW_DECODE))
-        .when(slow.fill_null(False)).then(_code(SLOW))
-        .when(in_alert).then(_code(IN_ALERT))
-    )  # fmt: skip
-    return reqs.with_columns(bad_reason=code).with_columns(bad=pl.col("bad_reason").is_not_null()), low
 
 
-# Why a request is bad, first match wins; `bad_reason` holds the index, the text is built for the
-# few bad requests of a reported cluster only.
-ERROR, LOW_SCORE, SLOW_DECODE, SLOW, IN_ALERT = range(5)
-_REASONS = {
-    ERROR: "error",
-    SLOW_DECODE: "tpot above the window p99",
-    SLOW: "latency above the window p99",
-    IN_ALERT: "in a firing alert's group",
-}
 CACHE = pl.Enum(["high", "medium", "low"])
 SATURATION = pl.Enum(["idle", "warm", "saturating", "scaling"])
 PROMPT = pl.Enum(["0-8k", "8k-32k", "32k-64k", "64k+"])
@@ -205,109 +279,102 @@ def _lit(value: str, dtype: pl.Enum) -> pl.Expr:
     return pl.lit(value, dtype=dtype)
 
 
-def _code(reason: int) -> pl.Expr:
-    return pl.lit(reason, dtype=pl.UInt8)
+def _member(table: pl.DataFrame, group: Mapping[str, str]) -> pl.Expr:
+    return pl.all_horizontal(_equals(table, dim, value) for dim, value in group.items()).fill_null(False)
 
 
-def _reason(bad: pl.DataFrame, config: Config) -> str:
-    """The most common reason among bad requests (ties: the first in text order)."""
-    texts = [
-        f"{low} below {config.score_floor:g}" if code == LOW_SCORE else _REASONS[code]
-        for code, low in bad.select("bad_reason", "low_score").iter_rows()
-    ]
-    return str(pl.Series(texts, dtype=pl.String).mode().sort().first())
+def find_clusters(table: pl.DataFrame, dims: list[str], symptoms: int, config: Config) -> Found:
+    """Minimal groups whose risk of a symptom holds up against the rest of the window, best first.
 
-
-def _alert_members(alerts: pl.DataFrame, reqs: pl.DataFrame, max_share: float) -> pl.Expr:
-    """Requests in a firing alert's group. A group that is most of the window (a whole deployment) is
-    left out: marking everything bad would leave nothing to contrast a cluster with."""
-    member = pl.lit(False)
-    for row in alerts.iter_rows(named=True):
-        labels = json.loads(row["labels"])
-        terms = [pl.col(ALERT_LABELS[k]) == v for k, v in labels.items() if k in ALERT_LABELS]
-        if "bucket" in labels and row["detector"] in ALERT_BUCKETS:
-            terms.append(pl.col(ALERT_BUCKETS[row["detector"]]) == labels["bucket"])
-        if terms:
-            group = terms[0]
-            for t in terms[1:]:
-                group = group & t
-            group = group.fill_null(False)
-            if reqs.height and reqs.select(group.mean()).item() <= max_share:
-                member = member | group
-    return member
-
-
-def find_clusters(table: pl.DataFrame, dims: list[str], config: Config) -> list[dict[str, Any]]:
-    """Minimal high-risk, high-support groups of bad requests, best first. `table` needs `bad` and `dims`."""
-    n = table.height
-    total_bad = int(table["bad"].sum())
-    singles: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
-    every: dict[tuple[str, Any], dict[str, Any]] = {}  # every single value's stats: a pair's halves
-    frequent: dict[str, list[Any]] = {}
+    `table` needs `_in{i}` and `_bad{i}` for each of `symptoms`, and `dims`."""
+    totals = table.select(
+        *(pl.col(f"_in{i}").sum().alias(f"in{i}") for i in range(symptoms)),
+        *(pl.col(f"_bad{i}").sum().alias(f"bad{i}") for i in range(symptoms)),
+    ).row(0, named=True)
+    measured = [(int(totals[f"in{i}"] or 0), int(totals[f"bad{i}"] or 0)) for i in range(symptoms)]
+    live = [i for i, (_, bad) in enumerate(measured) if bad > 0]
+    tried: list[Candidate] = []
+    every: dict[tuple[str, Any, int], Evidence] = {}  # every single value's evidence: a pair's halves
+    frequent: dict[tuple[int, str], list[Any]] = {}
     for dim in dims:
-        groups = _counts(table.lazy().filter(pl.col(dim).is_not_null()), dim)
-        for value, size, bad in groups.iter_rows():
-            stats = _stats(int(size), int(bad), n, total_bad)
-            every[(dim, value)] = stats
-            if stats["support"] >= config.min_support:
-                frequent.setdefault(dim, []).append(value)
-                if _interesting(stats, config):
-                    singles[((dim, str(value)),)] = stats
-    pairs: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
-    for d1, d2 in combinations([d for d in dims if d in frequent], 2):
-        # Apriori: only pairs of frequent values can hold min_support of the bad requests.
-        candidates = _counts(table.lazy(), d1, d2).filter(
-            pl.col(d1).is_in(frequent[d1])
-            & pl.col(d2).is_in(frequent[d2])
-            & (pl.col("bad") >= config.min_support * total_bad)
+        for row in _counts(table.lazy().filter(pl.col(dim).is_not_null()), symptoms, dim).iter_rows(named=True):
+            for i in live:
+                evidence = _evidence(row, i, measured[i])
+                every[(dim, row[dim], i)] = evidence
+                if evidence.size >= config.min_size:
+                    tried.append(Candidate(((dim, str(row[dim])),), i, evidence))
+                    if evidence.bad >= config.min_support * measured[i][1]:
+                        frequent.setdefault((i, dim), []).append(row[dim])
+    halves: dict[Candidate, tuple[Evidence, Evidence]] = {}
+    for d1, d2 in combinations(dims, 2):
+        # Apriori: only pairs of values frequent on a symptom can hold min_support of its bad requests.
+        on = [i for i in live if (i, d1) in frequent and (i, d2) in frequent]
+        if not on:
+            continue
+        counts = _counts(table.lazy().filter(pl.col(d1).is_not_null() & pl.col(d2).is_not_null()), symptoms, d1, d2)
+        for i in on:
+            candidates = counts.filter(
+                pl.col(d1).is_in(frequent[(i, d1)])
+                & pl.col(d2).is_in(frequent[(i, d2)])
+                & (pl.col(f"bad{i}") >= config.min_support * measured[i][1])
+                & (pl.col(f"in{i}") >= config.min_size)
+            )
+            for row in candidates.iter_rows(named=True):
+                pair = Candidate(((d1, str(row[d1])), (d2, str(row[d2]))), i, _evidence(row, i, measured[i]))
+                tried.append(pair)
+                halves[pair] = (every[(d1, row[d1], i)], every[(d2, row[d2], i)])
+    each = bar(config.evidence_level, len(tried))
+    kept = [c for c in tried if not guard_failures(c.evidence, measured[c.symptom], each, config)]
+    # Minimality: a pair must be more specific than both halves, or it says nothing new.
+    kept = [c for c in kept if c not in halves or all(c.evidence.risk_ratio > 1.25 * h.risk_ratio for h in halves[c])]
+    pairs = [c for c in kept if len(c.signature) == 2]
+    # A single value is dropped when a kept pair over it explains the same bad requests more precisely.
+    kept = [
+        c
+        for c in kept
+        if len(c.signature) == 2
+        or not any(
+            p.symptom == c.symptom and c.signature[0] in p.signature and p.evidence.bad >= 0.9 * c.evidence.bad
+            for p in pairs
         )
-        for v1, v2, size, bad in candidates.iter_rows():
-            stats = _stats(int(size), int(bad), n, total_bad)
-            halves = (every[(d1, v1)], every[(d2, v2)])
-            # Minimality: a pair must be more specific than both halves, or it says nothing new.
-            if _interesting(stats, config) and all(stats["risk_ratio"] > 1.25 * h["risk_ratio"] for h in halves):
-                pairs[((d1, str(v1)), (d2, str(v2)))] = stats
-    for pair, stats in pairs.items():
-        for half in pair:
-            kept = singles.get((half,))
-            if kept is not None and stats["bad"] >= 0.9 * kept["bad"]:
-                del singles[(half,)]  # the pair explains the same bad requests more precisely
-    found = [{"signature": dict(sig), **stats} for sig, stats in {**singles, **pairs}.items()]
-    found = [c for c in found if c["score"] >= config.min_score]
-    found.sort(key=lambda c: (-c["score"], json.dumps(c["signature"], sort_keys=True)))
-    return found[: config.max_clusters]
+    ]
+    kept.sort(key=lambda c: (-c.evidence.excess, c.symptom, c.signature_json()))
+    return Found(kept[: config.max_clusters], len(tried), each)
 
 
-def _counts(rows: pl.LazyFrame, *by: str) -> pl.DataFrame:
-    """Requests and bad requests per group. Streamed: an eager group-by over a day of requests held
-    a second copy of the grouped columns (1.4 GB for an enum by a category)."""
-    return rows.group_by(*by).agg(pl.len().alias("size"), pl.col("bad").sum().alias("bad")).collect(engine="streaming")
-
-
-def _stats(size: int, bad: int, n: int, total_bad: int) -> dict[str, Any]:
-    outside, bad_outside = n - size, total_bad - bad
-    rate_in = bad / size if size else 0.0
-    rate_out = bad_outside / outside if outside else 0.0
-    if outside < _MIN_OUTSIDE:
-        # A value (nearly) every request has is no explanation: there is nothing to compare it with.
-        risk = 0.0
-    elif rate_out > 0:
-        risk = min(rate_in / rate_out, _MAX_RISK)
-    else:
-        risk = _MAX_RISK if rate_in > 0 else 0.0  # never bad outside: capped so scores stay comparable
-    support = bad / total_bad if total_bad else 0.0
-    return {
-        "size": size, "bad": bad, "n": n, "support": support, "risk_ratio": risk,
-        "score": support * (1 - 1 / risk) if risk > 1 else 0.0,
-    }  # fmt: skip
-
-
-def _interesting(stats: dict[str, Any], config: Config) -> bool:
-    return bool(
-        stats["support"] >= config.min_support
-        and stats["risk_ratio"] >= config.min_risk_ratio
-        and config.min_size <= stats["size"] <= config.max_share * stats["n"]
+def _counts(rows: pl.LazyFrame, symptoms: int, *by: str) -> pl.DataFrame:
+    """Requests measured and bad on each symptom, per group. Streamed: an eager group-by over a day of
+    requests held a second copy of the grouped columns (1.4 GB for an enum by a category)."""
+    return (
+        rows.group_by(*by)
+        .agg(
+            *(pl.col(f"_in{i}").sum().alias(f"in{i}") for i in range(symptoms)),
+            *(pl.col(f"_bad{i}").sum().alias(f"bad{i}") for i in range(symptoms)),
+        )
+        .collect(engine="streaming")
     )
+
+
+def _evidence(row: Mapping[str, Any], i: int, measured: tuple[int, int]) -> Evidence:
+    size, bad = int(row[f"in{i}"]), int(row[f"bad{i}"])
+    return Evidence(size=size, bad=bad, outside=measured[0] - size, bad_outside=measured[1] - bad)
+
+
+def guard_failures(evidence: Evidence, measured: tuple[int, int], each: float, config: Config) -> list[str]:
+    """Why a group is not a cluster on a symptom measured on `measured` = (requests, bad); empty when it is."""
+    n, total_bad = measured
+    failures = []
+    if evidence.bad < config.min_support * total_bad:
+        failures.append(
+            f"it holds {evidence.bad / total_bad:.0%} of the bad requests (min_support {config.min_support:g})"
+        )
+    if evidence.size < config.min_size:
+        failures.append(f"{evidence.size} requests (min_size {config.min_size})")
+    if evidence.size > config.max_share * n:
+        failures.append(f"{evidence.size / n:.0%} of the requests (max_share {config.max_share:g})")
+    if evidence.p_value > each:
+        failures.append(f"chance alone would do it with p = {evidence.p_value:.2g}, above the bar of {each:.2g}")
+    return failures
 
 
 def suggested_fix(signature: Mapping[str, str]) -> str:
@@ -322,7 +389,8 @@ _SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "cluster_id": pl.String, "detector": pl.String, "window_start": pl.Datetime("us"),
     "window_end": pl.Datetime("us"), "signature": pl.String, "size": pl.Int64, "support": pl.Float64,
     "risk_ratio": pl.Float64, "score": pl.Float64, "summary": pl.String, "suggested_fix": pl.String,
-    "example_trace_ids": pl.List(pl.String), "rank": pl.Int32, "bad_reason": pl.String,
+    "example_trace_ids": pl.List(pl.String), "rank": pl.Int32, "bad_reason": pl.String, "symptom": pl.String,
+    "p_value": pl.Float64, "excess": pl.Float64, "candidates": pl.Int64,
 }  # fmt: skip
 
 
@@ -330,50 +398,120 @@ def _empty(window: Window) -> pl.DataFrame:
     return pl.DataFrame(schema=_SCHEMA)
 
 
+Alerts = list[tuple[str, str, dict[str, str]]]  # (alert_id, detector, labels) of the firing alerts
+
+
 def _row(
-    cluster: dict[str, Any], table: pl.DataFrame, rank: int, window: Window, config: Config,
-    *, low: pl.DataFrame, alerts: list[tuple[str, dict[str, str]]],
+    cluster: Candidate, rank: int, *, table: pl.DataFrame, window: Window, config: Config, symptoms: list[Symptom],
+    found: Found, alerts: Alerts,
 ) -> dict[str, Any]:  # fmt: skip
-    signature: dict[str, str] = cluster["signature"]
-    member = pl.all_horizontal(_equals(table, dim, value) for dim, value in signature.items())
-    # Only the bad members' few columns are taken out of the window's table, not a copy of the group.
-    bad = (
-        table.filter(member & pl.col("bad"))
-        .select("trace_id", "_request", "bad_reason")
-        .join(low, on="_request", how="left", maintain_order="left")
-    )
-    reason = _reason(bad, config) if bad.height else "no bad requests"
+    signature = dict(cluster.signature)
+    symptom, evidence, i = symptoms[cluster.symptom], cluster.evidence, cluster.symptom
+    # Only the bad members' ids are taken out of the window's table, not a copy of the group.
+    bad = table.filter(_member(table, signature) & pl.col(f"_bad{i}")).select("trace_id")
     examples = bad.sort("trace_id")["trace_id"].unique(maintain_order=True).head(config.examples).to_list()
+    total_bad = evidence.bad + evidence.bad_outside
     group = ", ".join(f"{k}={v}" for k, v in signature.items())
     summary = (
-        f"{group}: {cluster['support']:.0%} of the window's bad requests, {cluster['risk_ratio']:.1f}x more likely "
-        f"to be bad ({reason}), {cluster['size']:,} requests over {window.label()}"
+        f"{group}: {evidence.bad:,} of its {evidence.size:,} requests {symptom.text} ({evidence.rate_in:.1%}, "
+        f"against {evidence.rate_out:.1%} for the rest), {evidence.risk_ratio:.1f}x as likely (p = "
+        f"{evidence.p_value:.1g}, bar {found.bar:.1g} over {found.tried} candidates); {evidence.excess:,.0f} of the "
+        f"window's {total_bad:,} beyond chance, over {window.label()}"
     )
-    signature_json = json.dumps(signature, sort_keys=True)
+    signature_json = cluster.signature_json()
     return {
-        "cluster_id": hashlib.sha256(f"{signature_json}@{window.start.isoformat()}".encode()).hexdigest()[:16],
-        "detector": _detector_for(signature, alerts),
+        "cluster_id": hashlib.sha256(f"{signature_json}/{symptom.key}@{window.start.isoformat()}".encode()).hexdigest()[
+            :16
+        ],
+        "detector": _detector_for(signature, symptom.key, alerts),
         "window_start": window.start,
         "window_end": window.end,
         "signature": signature_json,
-        "size": cluster["size"],
-        "support": cluster["support"],
-        "risk_ratio": cluster["risk_ratio"],
-        "score": cluster["score"],
+        "size": evidence.size,
+        "support": evidence.bad / total_bad,
+        "risk_ratio": evidence.risk_ratio,
+        "score": evidence.excess / total_bad,
         "summary": summary,
         "suggested_fix": suggested_fix(signature),
         "example_trace_ids": examples,
         "rank": rank,
-        "bad_reason": reason,
+        "bad_reason": symptom.text,
+        "symptom": symptom.key,
+        "p_value": evidence.p_value,
+        "excess": evidence.excess,
+        "candidates": found.tried,
     }
 
 
-def _detector_for(signature: Mapping[str, str], alerts: list[tuple[str, dict[str, str]]]) -> str:
-    """The firing detector whose alert names this group, so a cluster links to the alert it explains."""
-    for detector, labels in alerts:
-        named = {ALERT_LABELS[k]: v for k, v in labels.items() if k in ALERT_LABELS}
-        if "bucket" in labels and detector in ALERT_BUCKETS:
-            named[ALERT_BUCKETS[detector]] = labels["bucket"]
-        if named and all(signature.get(k) == v for k, v in named.items()):
+def alert_group(detector: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """The request group a firing alert names, as cluster dimensions; empty when it names none."""
+    group = {ALERT_LABELS[k]: v for k, v in labels.items() if k in ALERT_LABELS}
+    if "bucket" in labels and detector in ALERT_BUCKETS:
+        group[ALERT_BUCKETS[detector]] = labels["bucket"]
+    return group
+
+
+def alert_symptom(labels: Mapping[str, str]) -> str | None:
+    """The symptom an alert compared: its `signal` label, a score name or latency_p99."""
+    signal = labels.get("signal")
+    if signal is None:
+        return None
+    return "latency_tail" if signal == "latency_p99" else f"score:{signal}"
+
+
+def _detector_for(signature: Mapping[str, str], symptom: str, alerts: Alerts) -> str:
+    """The firing detector whose alert names this group on this symptom, so a cluster links to the alert
+    it explains."""
+    for _, detector, labels in alerts:
+        group = alert_group(detector, labels)
+        if group and alert_symptom(labels) == symptom and all(signature.get(k) == v for k, v in group.items()):
             return detector
     return KEY
+
+
+def _explanations(
+    alerts: Alerts, rows: list[dict[str, Any]], *, table: pl.DataFrame, symptoms: list[Symptom], found: Found,
+    config: Config,
+) -> dict[str, str]:  # fmt: skip
+    """For every firing alert that names a group: the cluster that explains it, or why none passed."""
+    index = {s.key: i for i, s in enumerate(symptoms)}
+    explanations = {}
+    for alert_id, detector, labels in alerts:
+        group, symptom = alert_group(detector, labels), alert_symptom(labels)
+        if detector not in EXPLAINED or not group or symptom is None:
+            continue
+        named = ", ".join(f"{k}={v}" for k, v in group.items())
+        match = next(
+            (
+                r
+                for r in rows
+                if r["symptom"] == symptom and all(json.loads(r["signature"]).get(k) == v for k, v in group.items())
+            ),
+            None,
+        )
+        if match is not None:
+            explanations[alert_id] = f"explained by cluster {match['cluster_id']} on {symptom}: {match['summary']}"
+            continue
+        if symptom not in index:
+            explanations[alert_id] = f"no cluster: no request of the window measures {symptom}"
+            continue
+        i = index[symptom]
+        member = _member(table, group)
+        counts = table.select(
+            pl.col(f"_in{i}").sum().alias("n"),
+            pl.col(f"_bad{i}").sum().alias("bad"),
+            (pl.col(f"_in{i}") & member).sum().alias("size"),
+            (pl.col(f"_bad{i}") & member).sum().alias("group_bad"),
+        ).row(0, named=True)
+        n, total_bad, size, bad = (int(counts[k] or 0) for k in ("n", "bad", "size", "group_bad"))
+        evidence = Evidence(size=size, bad=bad, outside=n - size, bad_outside=total_bad - bad)
+        failures = guard_failures(evidence, (n, total_bad), found.bar, config) if total_bad else ["no request was bad"]
+        if not failures:
+            failures = ["a more specific or stronger cluster ranked above it (max_clusters)"]
+        explanations[alert_id] = (
+            f"no cluster passed the evidence test on {symptom}: {named} has {bad:,} of {size:,} requests "
+            f"{symptoms[i].text} ({evidence.rate_in:.1%}) against {evidence.rate_out:.1%} for the rest, risk "
+            f"ratio {evidence.risk_ratio:.2f}, p = {evidence.p_value:.2g} (bar {found.bar:.2g} over {found.tried} "
+            "candidates); " + "; ".join(failures)
+        )
+    return explanations

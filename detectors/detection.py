@@ -206,6 +206,7 @@ class DetectionPass:
                     fired=evaluation.fired,
                     changed=evaluation.updated + evaluation.resolved,
                     breaches=evaluation.breaches,
+                    explanations=detection.explanations,
                 )
             )
         except Exception as exc:  # one broken detector must not stop the others

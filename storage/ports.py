@@ -165,7 +165,7 @@ class RequestSummary:
 
 @dataclass(frozen=True)
 class FiringAlerts:
-    """Every firing alert, oldest id first: `detector`, `labels` (a JSON object)."""
+    """Every firing alert, oldest id first: `alert_id`, `detector`, `labels` (a JSON object)."""
 
     cacheable = False
 
@@ -206,6 +206,8 @@ class Alert:
     started_at: datetime
     resolved_at: datetime | None
     updated_at: datetime
+    # What clusters found about the alert's group: the cluster that explains it, or why none passed.
+    explanation: str | None = None
 
     def as_row(self) -> dict[str, Any]:
         return {**self.__dict__, "labels": json.dumps(self.labels, sort_keys=True)}
@@ -243,7 +245,8 @@ class EvaluationRecord:
 
     `figures`: by table, the rows that replace whatever that table held for the window (a replay or
     a backfill of a window overwrites it). `fired` are new alerts, `changed` alerts whose row is
-    updated (refreshed or resolved), `breaches` the detector's counters after the evaluation.
+    updated (refreshed or resolved), `breaches` the detector's counters after the evaluation,
+    `explanations` what it says of firing alerts (of any detector) by alert_id.
     """
 
     run: RunRecord
@@ -251,6 +254,7 @@ class EvaluationRecord:
     fired: Sequence[Alert] = ()
     changed: Sequence[Alert] = ()
     breaches: Mapping[str, int] = field(default_factory=dict)
+    explanations: Mapping[str, str] = field(default_factory=dict)  # by alert_id: stored as the alert's explanation
 
 
 class DetectorStore(Protocol):

@@ -1,4 +1,5 @@
-"""Scored clusters on hand-built windows: planted causes are found, minimal, ranked and given a fix."""
+"""Clusters on hand-built windows: planted causes are found on their symptom, minimal, ranked and given a fix;
+firing alerts are explained or say why not."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def window(n: int = 2000, seed: int = 1, fault: Fault | None = None) -> dict[str
             "tenant_id": rng.choice(["acme", "globex", "initech"]), "replica_id": f"r{i % 4}",
             "deployment": "vllm", "model": "llama", "input_tokens": rng.randint(100, 6000),
             "tpot_ms": rng.gauss(12, 1), "e2e_ms": rng.gauss(2000, 100), "cache_hit_ratio": rng.uniform(0.86, 0.99),
+            "ttft_ms": None,
             "queue_depth": rng.randint(1, 5), "replica_count": 4, "quantization": "fp16", "finish_reason": "stop",
             "prefill_tokens_in_batch": rng.randint(200, 2500), "traffic_pattern": None,
             "kv_cache_usage": 0.5, "preemptions": 0,  # no rng draw: the other columns keep their seeds
@@ -43,8 +45,20 @@ def window(n: int = 2000, seed: int = 1, fault: Fault | None = None) -> dict[str
     return {
         "requests": pl.DataFrame(rows).with_columns(pl.col("traffic_pattern").cast(pl.String)),
         "scores": pl.DataFrame(scores),
-        "alerts": pl.DataFrame(schema={"detector": pl.String, "labels": pl.String}),
+        "alerts": NO_ALERTS,
     }
+
+
+NO_ALERTS = pl.DataFrame(schema={"alert_id": pl.String, "detector": pl.String, "labels": pl.String})
+
+
+def firing(detector: str, labels: dict[str, str]) -> pl.DataFrame:
+    return pl.DataFrame({"alert_id": ["a1"], "detector": [detector], "labels": [json.dumps(labels)]})
+
+
+def one_symptom(table: pl.DataFrame) -> pl.DataFrame:
+    """A hand-built table's `bad` column as the one symptom find_clusters reads, measured on every request."""
+    return table.with_columns(_in0=pl.lit(True), _bad0=pl.col("bad"))
 
 
 def drifted_replica(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
@@ -76,7 +90,8 @@ def test_a_replica_with_a_six_point_json_drop_is_the_top_cluster_with_its_fix() 
     assert json.loads(top["signature"]) == {"replica_id": "r3"}
     assert top["rank"] == 1 and top["risk_ratio"] > 5 and top["support"] > 0.5
     assert top["suggested_fix"] == FIXES["replica_id"]
-    assert top["summary"].startswith("replica_id=r3: ") and "json_adherence below 0.8" in top["summary"]
+    assert top["symptom"] == "score:json_adherence"
+    assert top["summary"].startswith("replica_id=r3: ") and "scored json_adherence below 0.8" in top["summary"]
     assert len(top["example_trace_ids"]) == 5
     assert out.conditions == []  # clusters explain; the detectors alert
 
@@ -105,8 +120,8 @@ def test_a_pair_is_kept_only_when_it_is_more_specific_than_both_halves() -> None
     found = signatures(detect(window(fault=pair), Config(), WINDOW))
     assert found[0] == {"replica_id": "r1", "tenant_id": "globex"}
     # A whole-window value ("model": "llama" is on every request) is never a cluster.
-    table = pl.DataFrame({"bad": [True] * 10 + [False] * 90, "model": ["llama"] * 100})
-    assert find_clusters(table, ["model"], Config(min_size=1)) == []
+    table = one_symptom(pl.DataFrame({"bad": [True] * 10 + [False] * 90, "model": ["llama"] * 100}))
+    assert find_clusters(table, ["model"], 1, Config(min_size=1)).clusters == []
 
 
 def test_errors_and_slow_requests_count_as_bad() -> None:
@@ -116,33 +131,52 @@ def test_errors_and_slow_requests_count_as_bad() -> None:
     out = detect(window(fault=errors_on_r2), Config(), WINDOW)
     top = out.figures.row(0, named=True)
     assert json.loads(top["signature"]) == {"replica_id": "r2"}
-    assert top["bad_reason"] == "error"
+    assert (top["symptom"], top["bad_reason"]) == ("error", "errored")
 
 
-def test_members_of_a_firing_alert_group_are_bad_and_the_cluster_links_to_its_detector() -> None:
-    frames = window()
-    frames["alerts"] = pl.DataFrame(
-        {"detector": ["tenant_fairness"], "labels": [json.dumps({"tenant_id": "initech", "signal": "latency_p99"})]}
-    )
-    top = detect(frames, Config(alert_groups_bad=True), WINDOW).figures.row(0, named=True)
-    assert json.loads(top["signature"]) == {"tenant_id": "initech"}
+def slow_tenant(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+    return (
+        {**row, "e2e_ms": row["e2e_ms"] + 400} if row["tenant_id"] == "initech" and rng.random() < 0.05 else row
+    ), score
+
+
+def test_a_firing_alert_on_a_group_a_cluster_finds_is_explained_by_it_and_the_cluster_links_to_it() -> None:
+    frames = window(fault=slow_tenant)
+    frames["alerts"] = firing("tenant_fairness", {"tenant_id": "initech", "signal": "latency_p99"})
+    out = detect(frames, Config(), WINDOW)
+    top = out.figures.row(0, named=True)
+    assert (json.loads(top["signature"]), top["symptom"]) == ({"tenant_id": "initech"}, "latency_tail")
     assert top["detector"] == "tenant_fairness"
+    assert out.explanations == {"a1": f"explained by cluster {top['cluster_id']} on latency_tail: {top['summary']}"}
 
 
-def test_a_firing_bucket_alert_marks_its_bucket_bad_and_the_cluster_links_to_that_detector() -> None:
-    """cache_curve and saturation alerts name a bucket, not a column: `bucket` maps to their bucket dimension."""
-
+def test_a_firing_alert_no_cluster_confirms_says_so_with_the_numbers() -> None:
+    # cache_curve fires on the low bucket for json_adherence, but in this window the low bucket scores as
+    # well as the rest: the requests do not back it, and the alert's record says so rather than nothing.
     def some_evicted(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
         return ({**row, "cache_hit_ratio": rng.uniform(0.2, 0.5)} if rng.random() < 0.1 else row), score
 
     frames = window(fault=some_evicted)
-    frames["alerts"] = pl.DataFrame(
-        {"detector": ["cache_curve"], "labels": [json.dumps({"bucket": "low", "signal": "json_adherence"})]}
-    )
-    top = detect(frames, Config(alert_groups_bad=True), WINDOW).figures.row(0, named=True)
-    assert json.loads(top["signature"]) == {"cache_bucket": "low"}
-    assert (top["detector"], top["bad_reason"]) == ("cache_curve", "in a firing alert's group")
-    assert top["suggested_fix"] == FIXES["cache_bucket"]
+    frames["alerts"] = firing("cache_curve", {"bucket": "low", "signal": "json_adherence"})
+    out = detect(frames, Config(), WINDOW)
+    assert out.figures.height == 0
+    text = out.explanations["a1"]
+    assert text.startswith("no cluster passed the evidence test on score:json_adherence: cache_bucket=low has ")
+    assert "risk ratio" in text and "chance alone would do it with p = " in text
+
+
+def test_an_alert_on_a_score_the_window_never_measured_says_so() -> None:
+    frames = window()
+    frames["alerts"] = firing("replica_skew", {"replica_id": "r1", "signal": "groundedness"})
+    assert detect(frames, Config(), WINDOW).explanations == {
+        "a1": "no cluster: no request of the window measures score:groundedness"
+    }
+
+
+def test_alerts_of_detectors_that_name_no_group_are_not_explained() -> None:
+    frames = window()
+    frames["alerts"] = firing("token_latency", {"deployment": "vllm", "signal": "tpot_p99"})
+    assert detect(frames, Config(), WINDOW).explanations == {}
 
 
 def evicted(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
@@ -170,20 +204,39 @@ def test_bad_requests_in_one_derived_bucket_are_the_top_cluster_under_that_bucke
     assert signatures(detect(window(fault=fault), Config(), WINDOW))[:1] == [signature]
 
 
-def test_clusters_of_equal_score_are_ranked_by_signature() -> None:
-    """Tenant t1 and replica r1 hold 20 requests each, 10 of them bad: the same score, so the signature decides
+def test_clusters_that_explain_as_many_bad_requests_are_ranked_by_signature() -> None:
+    """Tenant t1 and replica r1 hold 40 requests each, 20 of them bad: the same excess, so the signature decides
     (replica_id sorts before tenant_id, though tenant_id is the dimension searched first)."""
-    n = 100
-    table = pl.DataFrame(
-        {
-            "tenant_id": ["t1" if i < 20 else "t0" for i in range(n)],
-            "replica_id": ["r1" if 20 <= i < 40 else "r0" for i in range(n)],
-            "bad": [i < 10 or 20 <= i < 30 for i in range(n)],
-        }
+    n = 400
+    table = one_symptom(
+        pl.DataFrame(
+            {
+                "tenant_id": ["t1" if i < 40 else "t0" for i in range(n)],
+                "replica_id": ["r1" if 40 <= i < 80 else "r0" for i in range(n)],
+                "bad": [i < 20 or 40 <= i < 60 or i % 40 == 0 for i in range(n)],
+            }
+        )
     )
-    found = find_clusters(table, ["tenant_id", "replica_id"], Config())
-    assert [c["signature"] for c in found] == [{"replica_id": "r1"}, {"tenant_id": "t1"}]
-    assert found[0]["score"] == found[1]["score"] == pytest.approx(0.375)
+    found = find_clusters(table, ["tenant_id", "replica_id"], 1, Config()).clusters
+    assert [dict(c.signature) for c in found] == [{"replica_id": "r1"}, {"tenant_id": "t1"}]
+    assert found[0].evidence.excess == found[1].evidence.excess
+
+
+def test_clusters_are_ranked_by_the_bad_requests_they_explain_beyond_chance_not_by_risk_ratio() -> None:
+    # r1: 400 requests, 120 bad (30%); t1: 50 requests, 40 bad (80%). t1 is far riskier, r1 explains more.
+    n = 2000
+    table = one_symptom(
+        pl.DataFrame(
+            {
+                "replica_id": ["r1" if i < 400 else "r0" for i in range(n)],
+                "tenant_id": ["t1" if 1000 <= i < 1050 else "t0" for i in range(n)],
+                "bad": [i < 120 or 1000 <= i < 1040 or i % 50 == 0 for i in range(n)],
+            }
+        )
+    )
+    found = find_clusters(table, ["tenant_id", "replica_id"], 1, Config()).clusters
+    assert [dict(c.signature) for c in found] == [{"replica_id": "r1"}, {"tenant_id": "t1"}]
+    assert found[0].evidence.risk_ratio < found[1].evidence.risk_ratio
 
 
 def test_the_fix_follows_the_most_actionable_dimension() -> None:
@@ -204,16 +257,17 @@ def test_a_planted_replica_is_the_top_cluster_among_a_million_requests() -> None
     rng = random.Random(5)
     n = 1_000_000
     replica = [f"r{i % 8}" for i in range(n)]
-    frame = pl.DataFrame(
+    frame = one_symptom(pl.DataFrame(
         {
             "tenant_id": [f"t{rng.randrange(50)}" for _ in range(n)], "replica_id": replica,
             "model": ["m"] * n, "quantization": [["fp16", "fp8", "int4"][i % 3] for i in range(n)],
             "prompt_bucket": ["0-8k"] * n,
             "bad": [(r == "r7" and rng.random() < 0.3) or rng.random() < 0.01 for r in replica],
         }
-    )  # fmt: skip
-    found = find_clusters(frame, ["tenant_id", "replica_id", "model", "quantization", "prompt_bucket"], Config())
-    assert found[0]["signature"] == {"replica_id": "r7"}
+    ))  # fmt: skip
+    dims = ["tenant_id", "replica_id", "model", "quantization", "prompt_bucket"]
+    found = find_clusters(frame, dims, 1, Config()).clusters
+    assert dict(found[0].signature) == {"replica_id": "r7"}
 
 
 def test_a_full_kv_cache_with_preemptions_is_a_cluster_on_the_engine_facts_with_their_fix() -> None:

@@ -85,7 +85,7 @@ def plant_firing_alert(store: Store) -> None:
         con.execute(
             """INSERT INTO alerts VALUES ('a1', 'token_latency', 'fp1', 'critical', 'firing',
                '{"deployment": "vllm-a", "model": "llama"}', 'tpot p99 is 3.1x the baseline', 3.1, 2.0,
-               '2026-11-20 11:49:30', '2026-11-20 11:54:30', '2026-11-20 11:55', NULL, '2026-11-20 11:55')"""
+               '2026-11-20 11:49:30', '2026-11-20 11:54:30', '2026-11-20 11:55', NULL, '2026-11-20 11:55', NULL)"""
         )
         con.execute("INSERT INTO alert_conditions VALUES ('fp1', 'token_latency', 1, '2026-11-20 11:55')")
 
@@ -181,7 +181,7 @@ def test_a_firing_alert_whose_condition_has_cleared_is_resolved_by_the_next_run_
         con.execute(
             """INSERT INTO alerts VALUES ('a2', 'tenant_fairness', ?, 'warning', 'firing', ?,
                'tenant smallco: p99 latency 3.5 s is 2.9x the aggregate', 2.9, 1.5, '2026-11-20 11:49:30',
-               '2026-11-20 11:54:30', '2026-11-20 11:55', NULL, '2026-11-20 11:55')""",
+               '2026-11-20 11:54:30', '2026-11-20 11:55', NULL, '2026-11-20 11:55', NULL)""",
             [fp, '{"signal": "latency_p99", "tenant_id": "smallco"}'],
         )
         con.execute("INSERT INTO alert_conditions VALUES (?, 'tenant_fairness', 1, '2026-11-20 11:55')", [fp])
@@ -205,6 +205,26 @@ def test_a_firing_alert_whose_condition_has_cleared_is_resolved_by_the_next_run_
         AT,
         datetime(2026, 11, 20, 11, 55),
     )
+
+
+def test_what_clusters_says_of_a_firing_alert_is_stored_on_the_alert(store: Store) -> None:
+    """The clusters pass explains another detector's firing alert; the pass writes it to `alerts.explanation`."""
+    labels = {"signal": "latency_p99", "tenant_id": "smallco"}
+
+    def plant(con: Any) -> None:
+        con.execute(
+            """INSERT INTO alerts VALUES ('a3', 'tenant_fairness', ?, 'warning', 'firing', ?, 'tenant smallco is slow',
+               2.9, 1.5, '2026-11-20 11:49:30', '2026-11-20 11:54:30', '2026-11-20 11:55', NULL, '2026-11-20 11:55',
+               NULL)""",
+            [fingerprint("tenant_fairness", labels), '{"signal": "latency_p99", "tenant_id": "smallco"}'],
+        )
+
+    store.writer.submit(plant).result(timeout=HANG_GUARD)
+    [result] = store.detection.run(AT, ["clusters"])
+    assert result.outcome == "ok", result.error
+    [(explanation,)] = store.rows("SELECT explanation FROM alerts WHERE alert_id = 'a3'")
+    assert explanation.startswith("no cluster passed the evidence test on latency_tail: tenant_id=smallco has 0 of 0")
+    assert explanation.endswith("; no request was bad")
 
 
 def test_a_runs_reported_and_observed_seconds_are_the_time_the_run_took(store: Store) -> None:

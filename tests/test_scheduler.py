@@ -89,7 +89,7 @@ def test_alerts_endpoint_lists_alerts_with_filters(service: RunningService) -> N
         lambda con: con.execute(
             """INSERT INTO alerts VALUES ('a1', 'tenant_fairness', 'fp', 'warning', 'firing', '{"tenant_id": "x"}',
                'tenant x is slow', 2.0, 1.5, '2026-11-20 12:00', '2026-11-20 12:05', '2026-11-20 12:05', NULL,
-               '2026-11-20 12:05')"""
+               '2026-11-20 12:05', NULL)"""
         )
     ).result(timeout=HANG_GUARD)
     with urllib.request.urlopen(f"{service.api_url}/v1/alerts?state=firing", timeout=5) as resp:

@@ -71,6 +71,8 @@ def _persist(con: duckdb.DuckDBPyConnection, evaluation: EvaluationRecord) -> No
             [alert.state, alert.severity, alert.summary, alert.value, alert.threshold, alert.window_start,
              alert.window_end, alert.resolved_at, alert.updated_at, alert.alert_id],
         )  # fmt: skip
+    for alert_id, explanation in evaluation.explanations.items():
+        con.execute("UPDATE alerts SET explanation = ? WHERE alert_id = ?", [explanation, alert_id])
     con.execute("DELETE FROM alert_conditions WHERE detector = ?", [run.detector])
     for fp, count in evaluation.breaches.items():
         con.execute("INSERT INTO alert_conditions VALUES (?, ?, ?, ?)", [fp, run.detector, count, run.at])

@@ -162,7 +162,7 @@ class DuckDBWindowSource:
         )
 
     def firing_alerts(self) -> pa.Table:
-        return self.arrow("SELECT detector, labels FROM alerts WHERE state = 'firing' ORDER BY alert_id")
+        return self.arrow("SELECT alert_id, detector, labels FROM alerts WHERE state = 'firing' ORDER BY alert_id")
 
 
 class DuckDBAlertQueries:
