@@ -3,7 +3,8 @@
     .venv/bin/python bench/clusters.py [--requests 1000000]
 
 The frames are built with Polars, shaped as the detection pass hands them over: requests with every
-clustering dimension and its traffic pattern, one json_adherence score per request, no firing alerts.
+clustering dimension, its engine facts and its traffic pattern, one json_adherence score per request, no
+firing alerts.
 Two causes are planted (replica r7 loses quality, prompts over 64k tokens lose quality).
 The target is one million requests in under 10 s (best of 3).
 """
@@ -41,7 +42,10 @@ def frames(n: int) -> dict[str, pl.DataFrame]:
             "tenant_id": [f"t{rng.randrange(50)}" for _ in range(n)], "replica_id": replica,
             "deployment": [("vllm-a", "vllm-b")[k % 2] for k in range(n)], "model": ["llama"] * n,
             "input_tokens": prompt, "tpot_ms": [rng.gauss(12, 1.5) for _ in range(n)],
-            "e2e_ms": [rng.gauss(2000, 300) for _ in range(n)], "cache_hit_ratio": [rng.random() for _ in range(n)],
+            "e2e_ms": [rng.gauss(2000, 300) for _ in range(n)], "ttft_ms": [rng.gauss(180, 30) for _ in range(n)],
+            "cache_hit_ratio": [rng.random() for _ in range(n)],
+            "kv_cache_usage": [rng.uniform(0.3, 0.99) for _ in range(n)],
+            "preemptions": [rng.randrange(2) for _ in range(n)],
             "queue_depth": [rng.randrange(60) for _ in range(n)], "replica_count": [8] * n,
             "quantization": [("fp8", "fp16", "fp16")[k % 3] for k in range(n)], "finish_reason": ["stop"] * n,
             "prefill_tokens_in_batch": [rng.randrange(5000) for _ in range(n)],
@@ -51,7 +55,7 @@ def frames(n: int) -> dict[str, pl.DataFrame]:
     return {
         "requests": requests,
         "scores": pl.DataFrame({"trace_id": trace, "span_id": span, "name": ["json_adherence"] * n, "score": score}),
-        "alerts": pl.DataFrame(schema={"detector": pl.String, "labels": pl.String}),
+        "alerts": pl.DataFrame(schema={"alert_id": pl.String, "detector": pl.String, "labels": pl.String}),
     }
 
 
@@ -71,7 +75,7 @@ def main() -> None:
     print(f"{args.requests:,} requests clustered in {best:.2f} s (best of 3); "
           f"target < {TARGET_SECONDS:g} s: {verdict}; "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")  # fmt: skip
-    print(out.figures.select("rank", "signature", "support", "risk_ratio", "score").head(5))
+    print(out.figures.select("rank", "signature", "symptom", "risk_ratio", "p_value", "excess").head(5))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
@@ -161,12 +161,14 @@ class Found:
     clusters: list[Candidate]
     tried: int
     bar: float  # the chance each candidate's evidence had to be under
+    # Groups that passed but are not reported: the cluster holding the same bad requests.
+    held: dict[Candidate, Candidate] = field(default_factory=dict)
 
 
 def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> Detection:
     table, symptoms = with_symptoms(frames, config)
     dims = [*DIMENSIONS, *config.extra_dimensions]
-    found = find_clusters(table, dims, len(symptoms), config)
+    found = find_clusters(table, dims, [s.key for s in symptoms], config)
     alerts = [
         (str(r["alert_id"]), str(r["detector"]), json.loads(r["labels"]))
         for r in frames["alerts"].iter_rows(named=True)
@@ -283,10 +285,15 @@ def _member(table: pl.DataFrame, group: Mapping[str, str]) -> pl.Expr:
     return pl.all_horizontal(_equals(table, dim, value) for dim, value in group.items()).fill_null(False)
 
 
-def find_clusters(table: pl.DataFrame, dims: list[str], symptoms: int, config: Config) -> Found:
+# A dimension that defines a symptom explains nothing about it: errors are the requests with status ERROR.
+DEFINED_BY = {"error": "status_code"}
+
+
+def find_clusters(table: pl.DataFrame, dims: list[str], symptom_keys: list[str], config: Config) -> Found:
     """Minimal groups whose risk of a symptom holds up against the rest of the window, best first.
 
-    `table` needs `_in{i}` and `_bad{i}` for each of `symptoms`, and `dims`."""
+    `table` needs `_in{i}` and `_bad{i}` for the i-th of `symptom_keys`, and `dims`."""
+    symptoms = len(symptom_keys)
     totals = table.select(
         *(pl.col(f"_in{i}").sum().alias(f"in{i}") for i in range(symptoms)),
         *(pl.col(f"_bad{i}").sum().alias(f"bad{i}") for i in range(symptoms)),
@@ -299,6 +306,8 @@ def find_clusters(table: pl.DataFrame, dims: list[str], symptoms: int, config: C
     for dim in dims:
         for row in _counts(table.lazy().filter(pl.col(dim).is_not_null()), symptoms, dim).iter_rows(named=True):
             for i in live:
+                if DEFINED_BY.get(symptom_keys[i]) == dim:
+                    continue
                 evidence = _evidence(row, i, measured[i])
                 every[(dim, row[dim], i)] = evidence
                 if evidence.size >= config.min_size:
@@ -339,7 +348,63 @@ def find_clusters(table: pl.DataFrame, dims: list[str], symptoms: int, config: C
         )
     ]
     kept.sort(key=lambda c: (-c.evidence.excess, c.symptom, c.signature_json()))
-    return Found(kept[: config.max_clusters], len(tried), each)
+    kept, held = _not_explained_by_another(kept[: 3 * config.max_clusters], table, measured, each, config)
+    return Found(kept[: config.max_clusters], len(tried), each, held)
+
+
+def _not_explained_by_another(
+    kept: list[Candidate], table: pl.DataFrame, measured: list[tuple[int, int]], each: float, config: Config
+) -> tuple[list[Candidate], dict[Candidate, Candidate]]:
+    """One cluster for one set of bad requests. A group holding smaller kept clusters of its symptom (90% of
+    their requests inside it):
+    - is the same requests as them when they cover 90% of it (the int4 variant and the two replicas that
+      run it; a burst and the saturated requests it made): it stays, they go, as one cause;
+    - else stays only if it still passes with their members taken out of the window (out of the group and
+      out of the rest it is compared with): a deployment is not reported beside the one bad replica it runs.
+    Returns what stays, in order, and for each group that went, the cluster that holds its requests."""
+    masks = {c: table.select(_member(table, dict(c.signature))).to_series() for c in kept}
+    sizes = {c: int(masks[c].sum()) for c in kept}
+
+    def inside(small: Candidate, big: Candidate) -> bool:
+        if small is big or small.symptom != big.symptom:
+            return False
+        if (sizes[small], small.signature_json()) >= (sizes[big], big.signature_json()):
+            return False
+        return int((masks[small] & masks[big]).sum()) >= 0.9 * sizes[small]
+
+    gone: dict[Candidate, Candidate] = {}
+    for c in kept:
+        smaller = [other for other in kept if inside(other, c)]
+        if not smaller:
+            continue
+        union = masks[smaller[0]]
+        for other in smaller[1:]:
+            union = union | masks[other]
+        if int((union & masks[c]).sum()) >= 0.9 * sizes[c]:
+            gone.update((other, c) for other in smaller if other not in gone)
+            continue
+        i = c.symptom
+        population = table[f"_in{i}"] & ~union
+        bad = table[f"_bad{i}"] & population
+        n, total_bad = int(population.sum()), int(bad.sum())
+        size, group_bad = int((masks[c] & population).sum()), int((masks[c] & bad).sum())
+        alone = Evidence(size=size, bad=group_bad, outside=n - size, bad_outside=total_bad - group_bad)
+        if guard_failures(alone, (n, total_bad), each, config):
+            gone.setdefault(c, max(smaller, key=lambda o: (o.evidence.excess, o.signature_json())))
+    return [c for c in kept if c not in gone], _holders(gone)
+
+
+def _holders(gone: dict[Candidate, Candidate]) -> dict[Candidate, Candidate]:
+    """Each group that went, with the one that stays and holds it (following a chain of holders)."""
+    held = {}
+    for c, first in gone.items():
+        holder, seen = first, {c}
+        while holder in gone and holder not in seen:
+            seen.add(holder)
+            holder = gone[holder]
+        if holder not in gone:
+            held[c] = holder
+    return held
 
 
 def _counts(rows: pl.LazyFrame, symptoms: int, *by: str) -> pl.DataFrame:
@@ -496,6 +561,23 @@ def _explanations(
             explanations[alert_id] = f"no cluster: no request of the window measures {symptom}"
             continue
         i = index[symptom]
+        held = next(
+            (
+                (c, holder)
+                for c, holder in found.held.items()
+                if c.symptom == i and all(dict(c.signature).get(k) == v for k, v in group.items())
+            ),
+            None,
+        )
+        row = held and next(
+            (r for r in rows if r["signature"] == held[1].signature_json() and r["symptom"] == symptom), None
+        )
+        if held is not None and row is not None:
+            explanations[alert_id] = (
+                f"explained by cluster {row['cluster_id']} on {symptom}, which holds the same bad requests "
+                f"({named} passed the evidence test too, p = {held[0].evidence.p_value:.2g}): {row['summary']}"
+            )
+            continue
         member = _member(table, group)
         counts = table.select(
             pl.col(f"_in{i}").sum().alias("n"),

@@ -97,6 +97,10 @@ SCHEMAS: Json = {
             "started_at": _TIME,
             "resolved_at": {**_TIME, "type": ["string", "null"], "description": "null while firing."},
             "updated_at": _TIME,
+            "explanation": {
+                "type": ["string", "null"],
+                "description": "For an alert naming a group: the cluster that explains it, or why none passed.",
+            },
         },
     },
     "Cluster": {
@@ -116,8 +120,12 @@ SCHEMAS: Json = {
             "summary": {"type": "string"},
             "suggested_fix": {"type": ["string", "null"]},
             "example_trace_ids": {"type": "array", "items": {"type": "string"}},
-            "rank": {"type": "integer", "description": "1 = highest score in its window."},
+            "rank": {"type": "integer", "description": "1 = the most bad requests beyond chance in its window."},
             "bad_reason": {"type": ["string", "null"]},
+            "symptom": {"type": ["string", "null"], "description": "error, tpot_tail, latency_tail or score:<name>."},
+            "p_value": {"type": ["number", "null"], "description": "The exact test's chance (docs/sql.md#clusters)."},
+            "excess": {"type": ["number", "null"], "description": "Bad requests beyond chance."},
+            "candidates": {"type": ["integer", "null"], "description": "Candidates tried in the window."},
         },
     },
     "DetectRequest": {

@@ -61,6 +61,15 @@ def _long_context(rng: random.Random, r: Request) -> Request:
     return r
 
 
+def _tool_flake(rng: random.Random, r: Request) -> Request:
+    # 60% of requests call tools, judged pass/fail; calls fail now and then everywhere (8%), and on one
+    # replica (a stale adapter) 30% of the time. Measured on the scored requests only, not diluted by the rest.
+    if rng.random() >= 0.6:
+        return r
+    failed = rng.random() < (0.30 if r.replica == "r1" else 0.08)
+    return replace(r, scores={**r.scores, "tool_call_success": 0.0 if failed else 1.0})
+
+
 # A fault that must agree with the engines' metrics, built per run from the fault window (start, end).
 EngineFault = Callable[[random.Random, datetime, datetime], Fault]
 
@@ -192,6 +201,12 @@ SCENARIOS = {
         ),
         Scenario(
             "long_context", "prompts over 64k tokens lose 0.14 groundedness (context_length, part 5)", _long_context
+        ),
+        Scenario(
+            "tool_flake",
+            f"60% of requests make tool calls, judged pass/fail: 8% fail fleet-wide, 30% on {pod('r1')}; "
+            "replica_skew fires and a cluster on score:tool_call_success explains it (part 9)",
+            _tool_flake,
         ),
     )
 }

@@ -121,7 +121,7 @@ def test_a_pair_is_kept_only_when_it_is_more_specific_than_both_halves() -> None
     assert found[0] == {"replica_id": "r1", "tenant_id": "globex"}
     # A whole-window value ("model": "llama" is on every request) is never a cluster.
     table = one_symptom(pl.DataFrame({"bad": [True] * 10 + [False] * 90, "model": ["llama"] * 100}))
-    assert find_clusters(table, ["model"], 1, Config(min_size=1)).clusters == []
+    assert find_clusters(table, ["model"], ["bad"], Config(min_size=1)).clusters == []
 
 
 def test_errors_and_slow_requests_count_as_bad() -> None:
@@ -217,7 +217,7 @@ def test_clusters_that_explain_as_many_bad_requests_are_ranked_by_signature() ->
             }
         )
     )
-    found = find_clusters(table, ["tenant_id", "replica_id"], 1, Config()).clusters
+    found = find_clusters(table, ["tenant_id", "replica_id"], ["bad"], Config()).clusters
     assert [dict(c.signature) for c in found] == [{"replica_id": "r1"}, {"tenant_id": "t1"}]
     assert found[0].evidence.excess == found[1].evidence.excess
 
@@ -234,7 +234,7 @@ def test_clusters_are_ranked_by_the_bad_requests_they_explain_beyond_chance_not_
             }
         )
     )
-    found = find_clusters(table, ["tenant_id", "replica_id"], 1, Config()).clusters
+    found = find_clusters(table, ["tenant_id", "replica_id"], ["bad"], Config()).clusters
     assert [dict(c.signature) for c in found] == [{"replica_id": "r1"}, {"tenant_id": "t1"}]
     assert found[0].evidence.risk_ratio < found[1].evidence.risk_ratio
 
@@ -266,7 +266,7 @@ def test_a_planted_replica_is_the_top_cluster_among_a_million_requests() -> None
         }
     ))  # fmt: skip
     dims = ["tenant_id", "replica_id", "model", "quantization", "prompt_bucket"]
-    found = find_clusters(frame, dims, 1, Config()).clusters
+    found = find_clusters(frame, dims, ["bad"], Config()).clusters
     assert dict(found[0].signature) == {"replica_id": "r7"}
 
 
@@ -282,3 +282,38 @@ def test_a_full_kv_cache_with_preemptions_is_a_cluster_on_the_engine_facts_with_
         pl.lit(None, pl.Float64).alias("kv_cache_usage"), pl.lit(None, pl.Int64).alias("preemptions")
     )
     assert all("kv_bucket" not in s and "preempted" not in s for s in signatures(detect(plain, Config(), WINDOW)))
+
+
+def test_a_group_whose_evidence_is_a_riskier_group_inside_it_is_not_a_cluster_of_its_own() -> None:
+    # Replica r7 runs in deployment b with r5 and r6; only r7 is bad. Deployment b is riskier than the rest
+    # too, but only through r7: without r7 it is like any other.
+    rng = random.Random(3)
+    n = 8000
+    replica = [f"r{i % 8}" for i in range(n)]
+    table = one_symptom(
+        pl.DataFrame(
+            {
+                "replica_id": replica,
+                "deployment": ["b" if r in ("r5", "r6", "r7") else "a" for r in replica],
+                "bad": [rng.random() < (0.3 if r == "r7" else 0.05) for r in replica],
+            }
+        )
+    )
+    found = find_clusters(table, ["deployment", "replica_id"], ["bad"], Config()).clusters
+    assert [dict(c.signature) for c in found] == [{"replica_id": "r7"}]
+    # Two riskier replicas in it, each alone: the deployment is still theirs, not its own.
+    table = table.with_columns(_bad0=pl.col("_bad0") | ((pl.col("replica_id") == "r6") & (pl.int_range(n) % 3 == 0)))
+    found = find_clusters(table, ["deployment", "replica_id"], ["bad"], Config()).clusters
+    assert sorted(str(dict(c.signature)) for c in found) == ["{'replica_id': 'r6'}", "{'replica_id': 'r7'}"]
+
+
+def test_errors_are_not_explained_by_their_own_status_code() -> None:
+    def errors_on_r2(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+        return ({**row, "status_code": "ERROR"} if row["replica_id"] == "r2" and rng.random() < 0.3 else row), score
+
+    out = detect(window(fault=errors_on_r2), Config(), WINDOW)
+    assert all(
+        "status_code" not in s
+        for s, symptom in zip(signatures(out), out.figures["symptom"], strict=True)
+        if symptom == "error"
+    )

@@ -20,9 +20,10 @@ from conftest import RunningService, service_settings
 from tailwatch import simulate
 
 R3 = simulate.pod("r3")
+R1 = simulate.pod("r1")
 NS = simulate.NS
 # scenario -> (the alerts it may raise, the one that must fire with its labels, the top cluster)
-EXPECTED: dict[str, tuple[set[str], str, dict[str, str], dict[str, str]]] = {
+EXPECTED: dict[str, tuple[set[str], str, dict[str, str], dict[str, str] | list[dict[str, str]]]] = {
     "decode_jitter": (
         {"token_latency"},
         "token_latency",
@@ -32,11 +33,12 @@ EXPECTED: dict[str, tuple[set[str], str, dict[str, str], dict[str, str]]] = {
     "kv_eviction": ({"cache_curve"}, "cache_curve", {"bucket": "low"}, {"cache_bucket": "low"}),
     "noisy_neighbor": ({"tenant_fairness"}, "tenant_fairness", {"tenant_id": "smallco"}, {"tenant_id": "smallco"}),
     # A burst with no new replicas is also a saturation cliff: both detectors see it.
+    # The burst's requests are the saturated ones: either name may rank first for them.
     "morning_burst": (
         {"traffic_pattern", "saturation"},
         "traffic_pattern",
         {"pattern": "burst"},
-        {"traffic_pattern": "burst"},
+        [{"traffic_pattern": "burst"}, {"saturation_bucket": "scaling"}],
     ),
     # Replicas are known by their pod name (the resource's k8s.pod.name), as their metrics are.
     "replica_drift": ({"replica_skew"}, "replica_skew", {"replica_id": R3}, {"replica_id": R3}),
@@ -48,6 +50,8 @@ EXPECTED: dict[str, tuple[set[str], str, dict[str, str], dict[str, str]]] = {
         {"quantization": "int4"},
     ),
     "long_context": ({"context_length"}, "context_length", {"prompt_bucket": "64k+"}, {"prompt_bucket": "64k+"}),
+    # A pass/fail score failing everywhere, worse on one replica and measured on 60% of the requests.
+    "tool_flake": ({"replica_skew"}, "replica_skew", {"replica_id": R1}, {"replica_id": R1}),
 }
 
 # The vllm emitter, for every scenario that needs what vLLM's span lacks (queue, cache and replica data from
@@ -288,6 +292,30 @@ def test_clusters_are_served_on_the_api_with_their_fix_and_examples(db_path: Pat
     assert top["suggested_fix"].startswith("drain and reload the replica")
     assert top["summary"].startswith(f"replica_id={R3}: ")
     assert 1 <= len(top["example_trace_ids"]) <= 5
+
+
+def test_a_replica_flaky_on_a_pass_fail_score_fires_replica_skew_and_the_alert_names_the_cluster(db_path: Path) -> None:
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30)
+    with RunningService(service_settings(db_path)) as svc:
+        simulate.run(
+            ["tool_flake"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=1.0,
+            history_rate=0.1, rate=3.0,
+        )  # fmt: skip
+        svc.service.detection.run(end + timedelta(seconds=30))
+        with urllib.request.urlopen(f"{svc.api_url}/v1/alerts?state=firing", timeout=10) as resp:
+            [alert] = json.loads(resp.read())["alerts"]
+        with urllib.request.urlopen(f"{svc.api_url}/v1/clusters?limit=1", timeout=10) as resp:
+            [top] = json.loads(resp.read())["clusters"]
+    assert (alert["detector"], alert["labels"]) == ("replica_skew", {"replica_id": R1, "signal": "tool_call_success"})
+    assert (top["signature"], top["symptom"], top["detector"]) == (
+        {"replica_id": R1},
+        "score:tool_call_success",
+        "replica_skew",
+    )
+    assert top["p_value"] <= 0.01 / top["candidates"]
+    assert (
+        alert["explanation"] == f"explained by cluster {top['cluster_id']} on score:tool_call_success: {top['summary']}"
+    )
 
 
 def test_traffic_labels_are_queryable_per_request_through_the_view(db_path: Path) -> None:
