@@ -97,8 +97,14 @@ def test_a_replica_a_few_points_worse_on_a_pass_fail_score_that_fails_everywhere
 
 
 def test_a_replica_a_few_points_worse_is_found_when_only_half_the_requests_are_scored() -> None:
-    found = clusters(fleet(16_000, seed=4, traffic=worse_replica, scored=0.5))
+    frames = fleet(16_000, seed=4, traffic=worse_replica, scored=0.5)
+    found = clusters(frames)
     assert found[0] == ({"replica_id": "r3"}, "score:json_adherence")
+    # Measured on r3's scored requests only: an unscored request is no evidence either way.
+    scored_on_r3 = (
+        frames["requests"].join(frames["scores"], on=["trace_id", "span_id"]).filter(pl.col("replica_id") == "r3")
+    )
+    assert detect(frames, Config(), FIVE_MINUTES).figures["size"][0] == scored_on_r3.height < 4000 * 0.6
 
 
 def test_a_weak_but_real_latency_effect_over_a_fifteen_minute_window_is_found() -> None:

@@ -81,6 +81,20 @@ def test_points_arriving_after_a_request_settled_do_not_change_it(storage: DuckD
     assert (row["queue_depth"], row["replica_count"]) == (2, 1)
 
 
+def test_a_request_settled_without_facts_stays_without_them_when_its_replica_s_points_arrive_late(
+    storage: DuckDBStorage,
+) -> None:
+    times = every_5s(T0 - timedelta(minutes=1), T0 + timedelta(minutes=1))
+    store_metrics(storage, pod("pod-a", [gauge("vllm:kv_cache_usage_perc", [(t, 0.5) for t in times])]))
+    store_spans(storage, [request_span(1, "pod-b", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    assert storage.engine_facts.settle(LATER) == 1
+    store_metrics(storage, pod("pod-b", [gauge("vllm:kv_cache_usage_perc", [(t, 0.9) for t in times])]))
+    # A request not yet settled on the same replica and seconds is joined live; the settled one is not.
+    store_spans(storage, [request_span(3, "pod-b", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    rows = joined(storage, "kv_cache_usage")
+    assert (rows["0000000000000002"]["kv_cache_usage"], rows["0000000000000004"]["kv_cache_usage"]) == (None, 0.9)
+
+
 def test_spans_settle_only_as_far_as_the_engine_points_have_arrived(storage: DuckDBStorage) -> None:
     # The engines have reported up to T0 + 1 min; a request ending later waits for them, whatever `until` says.
     two_pods(storage)
