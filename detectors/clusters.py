@@ -315,6 +315,7 @@ def find_clusters(table: pl.DataFrame, dims: list[str], symptom_keys: list[str],
                     if evidence.bad >= config.min_support * measured[i][1]:
                         frequent.setdefault((i, dim), []).append(row[dim])
     halves: dict[Candidate, tuple[Evidence, Evidence]] = {}
+    pairs_tried = 0  # every pair of frequent values, scored or not
     for d1, d2 in combinations(dims, 2):
         # Apriori: only pairs of values frequent on a symptom can hold min_support of its bad requests.
         on = [i for i in live if (i, d1) in frequent and (i, d2) in frequent]
@@ -322,17 +323,20 @@ def find_clusters(table: pl.DataFrame, dims: list[str], symptom_keys: list[str],
             continue
         counts = _counts(table.lazy().filter(pl.col(d1).is_not_null() & pl.col(d2).is_not_null()), symptoms, d1, d2)
         for i in on:
-            candidates = counts.filter(
+            pool = counts.filter(
                 pl.col(d1).is_in(frequent[(i, d1)])
                 & pl.col(d2).is_in(frequent[(i, d2)])
-                & (pl.col(f"bad{i}") >= config.min_support * measured[i][1])
                 & (pl.col(f"in{i}") >= config.min_size)
             )
-            for row in candidates.iter_rows(named=True):
+            # Every pair of frequent values counts as tried, though only those holding min_support of the
+            # bad requests are scored: choosing them by their bad requests is a look at the outcome.
+            pairs_tried += pool.height
+            for row in pool.filter(pl.col(f"bad{i}") >= config.min_support * measured[i][1]).iter_rows(named=True):
                 pair = Candidate(((d1, str(row[d1])), (d2, str(row[d2]))), i, _evidence(row, i, measured[i]))
                 tried.append(pair)
                 halves[pair] = (every[(d1, row[d1], i)], every[(d2, row[d2], i)])
-    each = bar(config.evidence_level, len(tried))
+    candidates = sum(len(c.signature) == 1 for c in tried) + pairs_tried
+    each = bar(config.evidence_level, candidates)
     kept = [c for c in tried if not guard_failures(c.evidence, measured[c.symptom], each, config)]
     # Minimality: a pair must be more specific than both halves, or it says nothing new.
     kept = [c for c in kept if c not in halves or all(c.evidence.risk_ratio > 1.25 * h.risk_ratio for h in halves[c])]
@@ -349,7 +353,7 @@ def find_clusters(table: pl.DataFrame, dims: list[str], symptom_keys: list[str],
     ]
     kept.sort(key=lambda c: (-c.evidence.excess, c.symptom, c.signature_json()))
     kept, held = _not_explained_by_another(kept[: 3 * config.max_clusters], table, measured, each, config)
-    return Found(kept[: config.max_clusters], len(tried), each, held)
+    return Found(kept[: config.max_clusters], candidates, each, held)
 
 
 def _not_explained_by_another(
