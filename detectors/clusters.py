@@ -512,6 +512,10 @@ def _row(
     }
 
 
+def _share(table: pl.DataFrame, dim: str, value: str) -> float:
+    return float(table.select(_equals(table, dim, value).fill_null(False).mean()).item() or 0.0)
+
+
 def alert_group(detector: str, labels: Mapping[str, str]) -> dict[str, str]:
     """The request group a firing alert names, as cluster dimensions; empty when it names none."""
     group = {ALERT_LABELS[k]: v for k, v in labels.items() if k in ALERT_LABELS}
@@ -550,6 +554,14 @@ def _explanations(
         if detector not in EXPLAINED or not group or symptom is None:
             continue
         named = ", ".join(f"{k}={v}" for k, v in group.items())
+        # A label most of the window shares (the one model a quantization alert names) singles out nothing:
+        # no cluster can hold it, so the group is matched on the labels that do.
+        group = {k: v for k, v in group.items() if k not in table.columns or _share(table, k, v) <= config.max_share}
+        if not group:
+            explanations[alert_id] = (
+                f"no cluster: {named} is most of the window's requests, nothing to contrast it with"
+            )
+            continue
         match = next(
             (
                 r

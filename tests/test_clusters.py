@@ -317,3 +317,20 @@ def test_errors_are_not_explained_by_their_own_status_code() -> None:
         for s, symptom in zip(signatures(out), out.figures["symptom"], strict=True)
         if symptom == "error"
     )
+
+
+def test_a_quantization_alert_naming_the_one_model_is_explained_by_the_variant_s_cluster() -> None:
+    # Every request runs model llama, so model=llama singles out nothing: the int4 cluster explains the alert.
+    def int4_on_r3(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+        if row["replica_id"] == "r3":
+            return {**row, "quantization": "int4"}, min(1.0, rng.gauss(0.78, 0.03))
+        return row, score
+
+    frames = window(fault=int4_on_r3)
+    frames["alerts"] = firing(
+        "quantization_delta", {"model": "llama", "quantization": "int4", "signal": "json_adherence"}
+    )
+    out = detect(frames, Config(), WINDOW)
+    top = out.figures.row(0, named=True)
+    assert json.loads(top["signature"]) in ({"quantization": "int4"}, {"replica_id": "r3"})
+    assert out.explanations["a1"].startswith("explained by cluster ")
