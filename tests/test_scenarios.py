@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from conftest import RunningService, service_settings
 
+from detectors.clusters import EXPLAINED
 from tailwatch import simulate
 
 R3 = simulate.pod("r3")
@@ -105,6 +106,10 @@ JOINED = {
 }
 
 
+# What the last simulate_and_detect's clusters said of each alert ("<detector> <labels>" -> explanation).
+EXPLANATIONS: dict[str, str | None] = {}
+
+
 def simulate_and_detect(
     db: Path, names: list[str], seed: int = 7, protocol: str = "grpc", emitter: str = "attributes"
 ) -> tuple[list[Any], list[dict[str, str]], dict[str, Any]]:
@@ -119,6 +124,10 @@ def simulate_and_detect(
         assert svc.rows("SELECT count(*) FROM llm_requests") == [(sent,)]  # every simulated request arrived
         results = detection.run(end + timedelta(seconds=30))
         clusters = [json.loads(row[0]) for row in svc.rows("SELECT signature FROM clusters ORDER BY rank")]
+        EXPLANATIONS.clear()
+        EXPLANATIONS.update(
+            (f"{d} {labels}", e) for d, labels, e in svc.rows("SELECT detector, labels, explanation FROM alerts")
+        )
         [figures] = svc.rows(f"SELECT {', '.join(JOINED.values())} FROM llm_requests")
         return results, clusters, dict(zip(JOINED, figures, strict=True))
 
@@ -137,6 +146,13 @@ def assert_found(
     assert not others, f"{scenario}: unexpected alerts from {others}: {firing}"
     assert clusters, f"{scenario}: no cluster"
     assert clusters[0] in tops, f"{scenario}: top cluster {clusters[0]}, expected one of {tops}"
+    # Every firing alert on a group is explained by a cluster, or says why not.
+    explained = {k: e for k, e in EXPLANATIONS.items() if k.split(" ", 1)[0] in EXPLAINED}
+    assert all(e for e in explained.values()), f"{scenario}: alerts without an explanation: {explained}"
+    if detector in EXPLAINED:
+        assert any(
+            k.startswith(detector) and e and e.startswith("explained by cluster") for k, e in explained.items()
+        ), f"{scenario}: {detector}'s alert is not explained by a cluster: {explained}"
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
