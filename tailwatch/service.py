@@ -166,7 +166,7 @@ class Service:
 
     def enforce_retention(self) -> int:
         """Delete spans past the retention age, through the writer; returns how many."""
-        cutoff = (datetime.now(UTC) - timedelta(days=self.settings.storage.retention_days)).replace(tzinfo=None)
+        cutoff = _ago(timedelta(days=self.settings.storage.retention_days))
         deleted = self.storage.retention.delete_ended_before(cutoff)
         if deleted:
             log.info("retention: deleted %d spans that ended before %s", deleted, cutoff.isoformat())
@@ -174,7 +174,7 @@ class Service:
 
     def settle_engine_facts(self) -> int:
         """Store the engine facts of requests whose engine metrics have arrived; returns how many spans."""
-        until = (datetime.now(UTC) - timedelta(seconds=self.settings.metrics.settle_after_seconds)).replace(tzinfo=None)
+        until = _ago(timedelta(seconds=self.settings.metrics.settle_after_seconds))
         settled = self.storage.engine_facts.settle(until)
         if settled:
             log.debug("engine facts: settled %d spans that ended before %s", settled, until.isoformat())
@@ -209,3 +209,8 @@ class Service:
         if self._storage is not None:
             self._storage.close()
         log.info("tailwatch stopped")
+
+
+def _ago(age: timedelta) -> datetime:
+    """Now minus `age`, as the naive UTC time the storage compares span and point times with."""
+    return (datetime.now(UTC) - age).replace(tzinfo=None)
