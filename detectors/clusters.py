@@ -203,24 +203,25 @@ def with_symptoms(frames: dict[str, pl.DataFrame], config: Config) -> tuple[pl.D
         (tpot.is_not_null(), _above_p99(tpot)),
         (e2e.is_not_null() | ttft.is_not_null(), _above_p99(e2e) | _above_p99(ttft)),
     ]
-    # Each request's lowest score of each name, one column per name: a request unscored for a name is
-    # outside that symptom, not a pass.
+    # Which requests were scored with each name, and which scored below its floor (their lowest score):
+    # membership tests, not a join of the window to its scores, which copied a day of requests.
+    # A request unscored for a name is outside that symptom, not a pass.
     lows = (
         frames["scores"]
         .select(key, pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64))
         .group_by("_request", "name")
         .agg(pl.col("score").min())
     )
-    names = sorted(lows["name"].unique().drop_nulls().to_list())
-    if names:
-        wide = lows.pivot(on="name", index="_request", values="score").rename(
-            {name: f"_score{i}" for i, name in enumerate(names)}
-        )
-        reqs = reqs.join(wide, on="_request", how="left", maintain_order="left")
-    for i, name in enumerate(names):
+    for name in sorted(lows["name"].unique().drop_nulls().to_list()):
         floor = config.floor(name)
+        of_name = lows.filter(pl.col("name") == name)
         symptoms.append(Symptom(f"score:{name}", f"scored {name} below {floor:g}"))
-        measures.append((pl.col(f"_score{i}").is_not_null(), pl.col(f"_score{i}") < floor))
+        measures.append(
+            (
+                pl.col("_request").is_in(of_name["_request"].implode()),
+                pl.col("_request").is_in(of_name.filter(pl.col("score") < floor)["_request"].implode()),
+            )
+        )
     reqs = reqs.with_columns(
         *(population.alias(f"_in{i}") for i, (population, _) in enumerate(measures)),
         *((population & bad).fill_null(False).alias(f"_bad{i}") for i, (population, bad) in enumerate(measures)),
@@ -304,7 +305,7 @@ def find_clusters(table: pl.DataFrame, dims: list[str], symptom_keys: list[str],
     every: dict[tuple[str, Any, int], Evidence] = {}  # every single value's evidence: a pair's halves
     frequent: dict[tuple[int, str], list[Any]] = {}
     for dim in dims:
-        for row in _counts(table.lazy().filter(pl.col(dim).is_not_null()), symptoms, dim).iter_rows(named=True):
+        for row in _counts(table.lazy().filter(pl.col(dim).is_not_null()), live, dim).iter_rows(named=True):
             for i in live:
                 if DEFINED_BY.get(symptom_keys[i]) == dim:
                     continue
@@ -321,7 +322,8 @@ def find_clusters(table: pl.DataFrame, dims: list[str], symptom_keys: list[str],
         on = [i for i in live if (i, d1) in frequent and (i, d2) in frequent]
         if not on:
             continue
-        counts = _counts(table.lazy().filter(pl.col(d1).is_not_null() & pl.col(d2).is_not_null()), symptoms, d1, d2)
+        rows = table.lazy().filter(pl.col(d1).is_not_null() & pl.col(d2).is_not_null())
+        counts = _counts(rows, on, d1, d2)
         for i in on:
             pool = counts.filter(
                 pl.col(d1).is_in(frequent[(i, d1)])
@@ -411,14 +413,14 @@ def _holders(gone: dict[Candidate, Candidate]) -> dict[Candidate, Candidate]:
     return held
 
 
-def _counts(rows: pl.LazyFrame, symptoms: int, *by: str) -> pl.DataFrame:
-    """Requests measured and bad on each symptom, per group. Streamed: an eager group-by over a day of
-    requests held a second copy of the grouped columns (1.4 GB for an enum by a category)."""
+def _counts(rows: pl.LazyFrame, symptoms: list[int], *by: str) -> pl.DataFrame:
+    """Requests measured and bad on each of `symptoms`, per group. Streamed: an eager group-by over a day
+    of requests held a second copy of the grouped columns (1.4 GB for an enum by a category)."""
     return (
         rows.group_by(*by)
         .agg(
-            *(pl.col(f"_in{i}").sum().alias(f"in{i}") for i in range(symptoms)),
-            *(pl.col(f"_bad{i}").sum().alias(f"bad{i}") for i in range(symptoms)),
+            *(pl.col(f"_in{i}").sum().alias(f"in{i}") for i in symptoms),
+            *(pl.col(f"_bad{i}").sum().alias(f"bad{i}") for i in symptoms),
         )
         .collect(engine="streaming")
     )

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.model import ENGINE_FLEET, ENGINE_REPLICA
-from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores
+from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores, Window
 
 # DuckDB computes the key each frame carries: one 64-bit integer per request instead of two strings.
 _KEY = "hash(trace_id, span_id) AS request_key"
@@ -66,10 +66,24 @@ _MACROS = {
 }
 
 
-def _requests_macro(columns: Iterable[str | None]) -> str:
-    """The request model a read needs: joined to the engines' state only where it asks for engine columns."""
+# Whether any request of a window still needs the live join: engine points in reach (the join's two-hour
+# margin) and an LLM span not yet settled (the pairing's one-hour margin).
+_JOIN_NEEDED = """
+    SELECT EXISTS (SELECT 1 FROM engine_metrics
+                   WHERE time >= ?::TIMESTAMP - INTERVAL 2 HOUR AND time < ?::TIMESTAMP + INTERVAL 2 HOUR)
+       AND EXISTS (SELECT 1 FROM spans WHERE is_llm AND engine_settled IS NULL
+                   AND end_time >= ?::TIMESTAMP - INTERVAL 1 HOUR AND end_time < ?::TIMESTAMP + INTERVAL 1 HOUR)
+"""
+
+
+def _requests_macro(columns: Iterable[str | None], *, join_needed: bool) -> str:
+    """The request model a read needs: joined to the engines' state only where it asks for engine columns
+    and some of its requests are not settled; else their own and settled values, with no join at all."""
     needed = set(columns)
-    return _MACROS[(not needed.isdisjoint(ENGINE_FLEET), not needed.isdisjoint(ENGINE_REPLICA))]
+    engine = (not needed.isdisjoint(ENGINE_FLEET), not needed.isdisjoint(ENGINE_REPLICA))
+    if any(engine) and not join_needed:
+        return "llm_requests_settled_between"
+    return _MACROS[engine]
 
 
 def _measure(m: Measure) -> str:
@@ -95,13 +109,18 @@ class DuckDBWindowSource:
         finally:
             cur.close()
 
+    def _join_needed(self, window: Window) -> bool:
+        bounds = [window.start, window.end] * 2
+        return bool(self.arrow(_JOIN_NEEDED, bounds).column(0)[0].as_py())
+
     def requests(self, read: Requests) -> pa.Table:
         columns = ["hash(r.trace_id, r.span_id) AS request_key"]
         columns += ["r.trace_id", "r.span_id"] if read.ids else []
         columns += [f"r.{_column(c)}" for c in read.columns]
         # The traffic labels were stored per replica_count, which the join may have filled.
         needed = (*read.columns, *read.require, *(("replica_count",) if read.traffic_pattern else ()))
-        source = f"{_requests_macro(needed)}(?::TIMESTAMP, ?::TIMESTAMP) AS r"
+        macro = _requests_macro(needed, join_needed=self._join_needed(read.window))
+        source = f"{macro}(?::TIMESTAMP, ?::TIMESTAMP) AS r"
         params: list[Any] = [read.window.start, read.window.end]
         if read.traffic_pattern:
             # The stored labels are one row per (deployment, arrival second, replica_count) of a window:
@@ -152,10 +171,13 @@ class DuckDBWindowSource:
             else "0"
         )
         sets = ", ".join(f"({', '.join(map(_column, s))})" for s in read.grouping_sets)
+        macro = _requests_macro(
+            [*grouped, *read.require, *(m.column for m in read.measures)], join_needed=self._join_needed(read.window)
+        )
         return self.arrow(
             f"SELECT {names + ', ' if grouped else ''}{which}::INTEGER AS grouping_set, "
             f"{', '.join(map(_measure, read.measures))} "
-            f"FROM {_requests_macro([*grouped, *read.require, *(m.column for m in read.measures)])}"
+            f"FROM {macro}"
             f"(?::TIMESTAMP, ?::TIMESTAMP){_not_null(map(_column, read.require))}"
             + (f" GROUP BY GROUPING SETS ({sets})" if grouped else ""),
             (read.window.start, read.window.end),
