@@ -28,6 +28,7 @@ from test_engine_join import (
 from waiting import HANG_GUARD, wait_until
 
 from storage.duckdb.backend import DuckDBStorage
+from storage.ports import Requests, Window
 
 
 @pytest.fixture
@@ -160,3 +161,27 @@ def test_the_service_settles_requests_on_its_schedule(db_path: Path) -> None:
             lambda: running.rows("SELECT engine_settled, engine_queue_depth FROM spans") == [(True, 5)],
             "the request's engine facts settled by the scheduled job",
         )
+
+
+def test_a_window_half_settled_reads_the_settled_part_without_the_join_and_the_rest_joined(
+    storage: DuckDBStorage,
+) -> None:
+    two_pods(storage)
+    store_spans(
+        storage,
+        [
+            request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13)),
+            request_span(3, "pod-b", T0 + timedelta(seconds=21), T0 + timedelta(seconds=40)),
+            request_span(5, "pod-a", T0 + timedelta(seconds=41), T0 + timedelta(seconds=52)),
+        ],
+    )
+    live = joined(storage)
+    assert storage.engine_facts.settle(T0 + timedelta(seconds=30)) == 1  # the first request only
+    window = Window(T0 - timedelta(minutes=5), T0 + timedelta(minutes=5))
+    model, params = storage.windows._model(ENGINE_COLUMNS, window)
+    assert "UNION ALL" in model and params[1] == T0 + timedelta(seconds=40)  # split at the first unsettled end
+    assert joined(storage) == live
+    assert storage.windows.requests(Requests(window, ENGINE_COLUMNS)).num_rows == 3  # none twice, none lost
+    assert {k: r["queue_depth"] for k, r in live.items()} == {
+        "0000000000000002": 5, "0000000000000004": 5, "0000000000000006": 5
+    }  # fmt: skip

@@ -66,24 +66,15 @@ _MACROS = {
 }
 
 
-# Whether any request of a window still needs the live join: engine points in reach (the join's two-hour
-# margin) and an LLM span not yet settled (the pairing's one-hour margin).
-_JOIN_NEEDED = """
-    SELECT EXISTS (SELECT 1 FROM engine_metrics
-                   WHERE time >= ?::TIMESTAMP - INTERVAL 2 HOUR AND time < ?::TIMESTAMP + INTERVAL 2 HOUR)
-       AND EXISTS (SELECT 1 FROM spans WHERE is_llm AND engine_settled IS NULL
-                   AND end_time >= ?::TIMESTAMP - INTERVAL 1 HOUR AND end_time < ?::TIMESTAMP + INTERVAL 1 HOUR)
+# Where in a window the live join starts to be needed: the earliest end of an LLM span not yet settled,
+# when engine points are in reach (the join's two-hour margin); NULL when no request of it needs the join.
+_LIVE_FROM = """
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM engine_metrics
+                             WHERE time >= ?::TIMESTAMP - INTERVAL 2 HOUR AND time < ?::TIMESTAMP + INTERVAL 2 HOUR)
+           THEN (SELECT min(end_time) FROM spans
+                 WHERE is_llm AND engine_settled IS NULL AND end_time >= ?::TIMESTAMP AND end_time < ?::TIMESTAMP)
+           END
 """
-
-
-def _requests_macro(columns: Iterable[str | None], *, join_needed: bool) -> str:
-    """The request model a read needs: joined to the engines' state only where it asks for engine columns
-    and some of its requests are not settled; else their own and settled values, with no join at all."""
-    needed = set(columns)
-    engine = (not needed.isdisjoint(ENGINE_FLEET), not needed.isdisjoint(ENGINE_REPLICA))
-    if any(engine) and not join_needed:
-        return "llm_requests_settled_between"
-    return _MACROS[engine]
 
 
 def _measure(m: Measure) -> str:
@@ -109,19 +100,38 @@ class DuckDBWindowSource:
         finally:
             cur.close()
 
-    def _join_needed(self, window: Window) -> bool:
-        bounds = [window.start, window.end] * 2
-        return bool(self.arrow(_JOIN_NEEDED, bounds).column(0)[0].as_py())
+    def _model(self, needed: Iterable[str | None], window: Window) -> tuple[str, list[Any]]:
+        """The request model a read needs over the window, as a FROM item and its parameters: the spans'
+        alone when it asks for no engine column; else the settled model (no join) up to where the live join
+        starts to be needed, and the narrowest joined one from there. A request's row falls in the part its
+        end time does, and every request ending before the first unsettled span is settled: the same rows
+        and values as the joined model over the whole window, at the cost of a join over its last minutes."""
+        wanted = {c for c in needed if c is not None}
+        engine = (not wanted.isdisjoint(ENGINE_FLEET), not wanted.isdisjoint(ENGINE_REPLICA))
+        start, end = window.start, window.end
+        if not any(engine):
+            return "llm_span_requests_between(?::TIMESTAMP, ?::TIMESTAMP)", [start, end]
+        live_from = self.arrow(_LIVE_FROM, [start, end, start, end]).column(0)[0].as_py()
+        if live_from is None:
+            return "llm_requests_settled_between(?::TIMESTAMP, ?::TIMESTAMP)", [start, end]
+        joined = _MACROS[engine]
+        if live_from <= start:
+            return f"{joined}(?::TIMESTAMP, ?::TIMESTAMP)", [start, end]
+        columns = ", ".join(_column(c) for c in sorted(wanted))
+        return (
+            f"(SELECT {columns} FROM llm_requests_settled_between(?::TIMESTAMP, ?::TIMESTAMP) "
+            f"UNION ALL SELECT {columns} FROM {joined}(?::TIMESTAMP, ?::TIMESTAMP))",
+            [start, live_from, live_from, end],
+        )
 
     def requests(self, read: Requests) -> pa.Table:
         columns = ["hash(r.trace_id, r.span_id) AS request_key"]
         columns += ["r.trace_id", "r.span_id"] if read.ids else []
         columns += [f"r.{_column(c)}" for c in read.columns]
         # The traffic labels were stored per replica_count, which the join may have filled.
-        needed = (*read.columns, *read.require, *(("replica_count",) if read.traffic_pattern else ()))
-        macro = _requests_macro(needed, join_needed=self._join_needed(read.window))
-        source = f"{macro}(?::TIMESTAMP, ?::TIMESTAMP) AS r"
-        params: list[Any] = [read.window.start, read.window.end]
+        traffic = ("deployment", "start_time", "replica_count") if read.traffic_pattern else ()
+        model, params = self._model(("trace_id", "span_id", *read.columns, *read.require, *traffic), read.window)
+        source = f"{model} AS r"
         if read.traffic_pattern:
             # The stored labels are one row per (deployment, arrival second, replica_count) of a window:
             # joined here, where the data is, instead of shipping both sides to the detector.
@@ -171,16 +181,13 @@ class DuckDBWindowSource:
             else "0"
         )
         sets = ", ".join(f"({', '.join(map(_column, s))})" for s in read.grouping_sets)
-        macro = _requests_macro(
-            [*grouped, *read.require, *(m.column for m in read.measures)], join_needed=self._join_needed(read.window)
-        )
+        model, params = self._model([*grouped, *read.require, *(m.column for m in read.measures)], read.window)
         return self.arrow(
             f"SELECT {names + ', ' if grouped else ''}{which}::INTEGER AS grouping_set, "
             f"{', '.join(map(_measure, read.measures))} "
-            f"FROM {macro}"
-            f"(?::TIMESTAMP, ?::TIMESTAMP){_not_null(map(_column, read.require))}"
+            f"FROM {model}{_not_null(map(_column, read.require))}"
             + (f" GROUP BY GROUPING SETS ({sets})" if grouped else ""),
-            (read.window.start, read.window.end),
+            params,
         )
 
     def firing_alerts(self) -> pa.Table:
