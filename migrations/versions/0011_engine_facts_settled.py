@@ -139,6 +139,16 @@ def _define_requests(requests: str, fleet: str, replica: str) -> None:
     op.execute(_joined._VIEW)
 
 
+def span_model_columns() -> list[str]:
+    """The columns of the spans' request model as the database defines it now, in order."""
+    rows = (
+        op.get_bind()
+        .exec_driver_sql("DESCRIBE SELECT * FROM llm_span_requests_between(NULL::TIMESTAMP, NULL::TIMESTAMP)")
+        .fetchall()
+    )
+    return [str(row[0]) for row in rows]
+
+
 def upgrade() -> None:
     op.execute("ALTER TABLE spans ADD COLUMN engine_settled BOOLEAN")
     for fact, sql_type, _ in _FACTS:
@@ -148,12 +158,7 @@ def upgrade() -> None:
         f"CREATE OR REPLACE MACRO llm_span_requests_between(t0, t1) AS TABLE {_pairing._requests_sql(with_engine)}"
     )
     op.execute(f"CREATE MACRO span_engine_facts_between(t0, t1) AS TABLE {_SPAN_FACTS}")
-    span_columns = [
-        str(row[0])
-        for row in op.get_bind()
-        .exec_driver_sql("DESCRIBE SELECT * FROM llm_span_requests_between(NULL::TIMESTAMP, NULL::TIMESTAMP)")
-        .fetchall()
-    ]
+    span_columns = span_model_columns()
     _define_requests(
         _requests(span_columns, fleet=True, replica=True),
         _requests(span_columns, fleet=True, replica=False),

@@ -39,13 +39,9 @@ def _settled_requests(span_columns: list[str]) -> str:
 
 
 def upgrade() -> None:
-    span_columns = [
-        str(row[0])
-        for row in op.get_bind()
-        .exec_driver_sql("DESCRIBE SELECT * FROM llm_span_requests_between(NULL::TIMESTAMP, NULL::TIMESTAMP)")
-        .fetchall()
-    ]
-    op.execute(f"CREATE MACRO llm_requests_settled_between(t0, t1) AS TABLE {_settled_requests(span_columns)}")
+    op.execute(
+        f"CREATE MACRO llm_requests_settled_between(t0, t1) AS TABLE {_settled_requests(_settled.span_model_columns())}"
+    )
 
 
 def downgrade() -> None:
