@@ -133,6 +133,10 @@ class DetectionPass:
             return [k for k in REGISTRY if k in named]
         return [k for k in REGISTRY if self._configs[k].enabled]
 
+    def config(self, key: str) -> DetectorConfig:
+        """The configuration `key` runs with (validated: an unknown key is a KeyError naming the known ones)."""
+        return self._configs[get(key).key]
+
     @property
     def tick_seconds(self) -> int:
         """How often the scheduler starts a pass: every enabled detector's interval is a multiple of it."""

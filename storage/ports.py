@@ -282,6 +282,38 @@ class AlertQueries(Protocol):
     def clusters(self, *, detector: str | None = None, limit: int = 50) -> pa.Table: ...
 
 
+@dataclass(frozen=True)
+class DetectorHealth:
+    """A detector's last evaluation and its failures over the day before `as_of`."""
+
+    detector: str
+    last_run: datetime | None
+    last_outcome: str | None
+    last_seconds: float | None
+    last_error: str | None
+    failures_24h: int
+    runs_24h: int
+
+
+class ConsoleQueries(Protocol):
+    """What the console reads besides alerts and clusters: detector figures over time, detector health and
+    one trace with everything known about it."""
+
+    def figures(self, detector: str, since: datetime, until: datetime, *, limit: int) -> pa.Table:
+        """The figures `detector` stored for the windows ending in (since, until], oldest first."""
+        ...
+
+    def detector_health(self, as_of: datetime) -> list[DetectorHealth]:
+        """Every detector that has run, by key."""
+        ...
+
+    def trace(self, trace_id: str, around: Window | None = None) -> dict[str, pa.Table]:
+        """`spans` (canonical columns and attributes), `requests` (the request model's rows), `scores`, and
+        `engine` (the engine metric points of its replicas from a minute before to a minute after it).
+        `around`, when given, bounds the search to spans ending inside it: a hint that spares a full scan."""
+        ...
+
+
 class SpanRetention(Protocol):
     def delete_ended_before(self, cutoff: datetime) -> int:
         """Delete spans whose end_time, and engine metric points whose time, is before `cutoff`; returns how
@@ -348,6 +380,8 @@ class Storage(Protocol):
     def detector_store(self) -> DetectorStore: ...
     @property
     def alert_queries(self) -> AlertQueries: ...
+    @property
+    def console_queries(self) -> ConsoleQueries: ...
     @property
     def analyst(self) -> AnalystSQL: ...
     @property

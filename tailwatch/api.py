@@ -20,8 +20,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_cr
 
 from detectors.detection import DetectionPass
 from storage import export
-from storage.ports import AlertQueries, AnalystSQL, QueryError
+from storage.ports import AlertQueries, AnalystSQL, ConsoleQueries, QueryError
+from tailwatch import console as console_pages
 from tailwatch import openapi, results
+from tailwatch.answers import error as _error
+from tailwatch.answers import instant as _instant
 
 log = logging.getLogger("tailwatch.api")
 # Probes must answer without credentials: an orchestrator has none. The API's description holds no data and
@@ -44,8 +47,10 @@ def api_app(
     detection: DetectionPass | None = None,
     *,
     analyst: AnalystSQL | None = None,
+    console: ConsoleQueries | None = None,
     token: str | None = None,
     sql_slots: int = 2,
+    tls: bool = False,
 ) -> web.Application:
     sql = _SqlHandlers(analyst, sql_slots) if analyst is not None else None
 
@@ -136,6 +141,11 @@ def api_app(
     app.router.add_get("/v1/alerts", alerts)
     app.router.add_get("/v1/clusters", clusters)
     app.router.add_post("/v1/detect", detect)
+    if console is not None:
+        console_pages.add_console(
+            app, registry=registry, queries=console, detection=detection, is_ready=is_ready, token=token,
+            secure_cookie=tls,
+        )  # fmt: skip
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -149,20 +159,20 @@ def api_app(
     return app
 
 
-def _error(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
-
-
 def _bearer(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):  # type: ignore[no-untyped-def]
-        if request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS or request.path in console_pages.SIGN_IN_PATHS:
             return await handler(request)
         given = request.headers.get("Authorization", "").encode()
-        # Constant-time: the comparison must not tell an attacker how much of a guess was right.
-        if not hmac.compare_digest(given, expected):
+        # Constant-time: the comparison must not tell an attacker how much of a guess was right. A browser
+        # carries the token in the console's cookie instead of a header.
+        if not (hmac.compare_digest(given, expected) or console_pages.cookie_matches(request, token)):
+            if request.path == "/" and request.method == "GET":
+                # The fragment (the console's view and range) survives the redirect and the sign-in.
+                raise web.HTTPSeeOther("/login")
             response = _error(401, "unauthorized", "this API needs an Authorization: Bearer <token> header")
             response.headers["WWW-Authenticate"] = 'Bearer realm="tailwatch"'
             return response
@@ -361,16 +371,6 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise QueryError("bad_request", 'the body must be a JSON object: {"sql": "SELECT ..."}')
     return body
-
-
-def _instant(text: str, name: str) -> datetime:
-    if not text:
-        raise QueryError("bad_request", f"{name} is required (ISO 8601, e.g. 2026-11-20T00:00:00Z)")
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise QueryError("bad_request", f"{name} must be ISO 8601 (got {text!r})") from None
-    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
 # A statement that hit its time limit will hit it again: a client error, not a retryable 5xx.

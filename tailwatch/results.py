@@ -67,6 +67,16 @@ def rows(table: pa.Table) -> list[list[Any]]:
     return [list(row) for row in zip(*columns, strict=True)] if columns else []
 
 
+def records(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as objects keyed by column name, for JSON bodies that are not query results."""
+    return [dict(zip(table.column_names, row, strict=True)) for row in rows(table)]
+
+
+def dumps(body: Any) -> bytes:
+    """JSON as every endpoint writes it: naive timestamps marked UTC, NaN and infinities as null."""
+    return orjson.dumps(body, default=_default, option=orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z)
+
+
 def to_json(table: pa.Table, types: list[str], truncated: bool) -> bytes:
     """The contract's shape: columns with their DuckDB types, rows as arrays, and the truncated flag."""
     body = {
@@ -75,7 +85,7 @@ def to_json(table: pa.Table, types: list[str], truncated: bool) -> bytes:
         "truncated": truncated,
     }
     # Timestamps are UTC without an offset in storage; say so on the wire.
-    return orjson.dumps(body, default=_default, option=orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z)
+    return dumps(body)
 
 
 def _flat(table: pa.Table) -> pa.Table:

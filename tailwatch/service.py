@@ -116,10 +116,12 @@ class Service:
             storage.alert_queries,
             self.detection,
             analyst=storage.analyst,
+            console=storage.console_queries,
             token=s.api.token.get_secret_value() if s.api.token else None,
             sql_slots=s.sql.max_concurrent,
+            tls=(tls := _tls(s)) is not None,
         )
-        self._api_runner, self.api_port = await self._serve(app, s.api_port, tls=_tls(s))
+        self._api_runner, self.api_port = await self._serve(app, s.api_port, tls=tls)
         self._scheduler = BackgroundScheduler(
             timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 60}
         )

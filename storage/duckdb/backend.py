@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from storage.duckdb import migrate
 from storage.duckdb.analyst import AnalystQueries, lock_down
+from storage.duckdb.console_reads import DuckDBConsoleQueries
 from storage.duckdb.database import open_database
 from storage.duckdb.detector_store import DuckDBDetectorStore
 from storage.duckdb.engine_facts import DuckDBEngineFacts
@@ -48,6 +49,7 @@ class DuckDBStorage:
         self.windows = DuckDBWindowSource(con)
         self.detector_store = DuckDBDetectorStore(self.windows, writer)
         self.alert_queries = DuckDBAlertQueries(self.windows)
+        self.console_queries = DuckDBConsoleQueries(self.windows)
         self.analyst = AnalystQueries(con, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
         self.retention = DuckDBRetention(writer)
         self.scrape_health = DuckDBScrapeHealth(writer)

@@ -75,6 +75,11 @@ class WriterMetrics:
             "Engine metric rows committed to engine_metrics (a histogram point is two rows).",
             registry=registry,
         )
+        self.last_commit = Gauge(
+            "tailwatch_writer_last_commit_timestamp_seconds",
+            "When the writer last committed a group (Unix time): stale while spans are queued means it is stuck.",
+            registry=registry,
+        )
         self.dedup_seconds = Gauge(
             "tailwatch_dedup_window_seconds",
             "How far back retried spans are currently recognised as duplicates.",
@@ -206,6 +211,7 @@ class Writer:
                 self._metrics.scores.inc(stored_scores)
                 self._metrics.points.inc(points.num_rows if points is not None else 0)
                 self._metrics.commit_seconds.observe(time.perf_counter() - started)
+                self._metrics.last_commit.set_to_current_time()
                 self._metrics.dedup_seconds.set(self._recent.covered_seconds(now))
         finally:
             with self._cv:

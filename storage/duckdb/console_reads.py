@@ -1,0 +1,90 @@
+"""The `ConsoleQueries` port on DuckDB: figures over time, detector health and one trace, read-only."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+
+from storage.duckdb.reads import DuckDBWindowSource
+from storage.ports import DetectorHealth, Window
+
+# Wide JSON the request view does not show; the analyst SQL has them.
+_SPAN_COLUMNS = "* EXCLUDE (resource, events, links, ingested_at)"
+# How far around a request its replica's engine metrics are shown: a few scrape intervals either side.
+ENGINE_MARGIN = timedelta(minutes=1)
+
+
+class DuckDBConsoleQueries:
+    def __init__(self, source: DuckDBWindowSource) -> None:
+        self._source = source
+        self._tables: frozenset[str] | None = None
+
+    def _figure_tables(self) -> frozenset[str]:
+        # The detectors' tables are the ones their evaluations fill: keyed by window and evaluation time.
+        # A name is checked against them, never pasted blind.
+        if self._tables is None:
+            self._tables = frozenset(
+                self._source.arrow(
+                    "SELECT table_name FROM duckdb_columns() WHERE database_name = current_database() "
+                    "AND column_name IN ('window_end', 'evaluated_at') GROUP BY table_name HAVING count(*) = 2"
+                )
+                .column(0)
+                .to_pylist()
+            )
+        return self._tables
+
+    def figures(self, detector: str, since: datetime, until: datetime, *, limit: int) -> pa.Table:
+        if detector not in (tables := self._figure_tables()):
+            raise KeyError(f"no figures for {detector!r}; known: {', '.join(sorted(tables))}")
+        return self._source.arrow(
+            f'SELECT * EXCLUDE (evaluated_at) FROM "{detector}" WHERE window_end > ? AND window_end <= ? '
+            "ORDER BY window_end, window_start LIMIT ?",
+            [since, until, int(limit)],
+        )
+
+    def detector_health(self, as_of: datetime) -> list[DetectorHealth]:
+        rows = self._source.arrow(
+            """
+            SELECT detector,
+                   arg_max(ran_at, ran_at) AS last_run,
+                   arg_max(outcome, ran_at) AS last_outcome,
+                   arg_max(seconds, ran_at) AS last_seconds,
+                   arg_max(error, ran_at) AS last_error,
+                   count(*) FILTER (outcome <> 'ok' AND ran_at > ?::TIMESTAMP - INTERVAL 1 DAY) AS failures_24h,
+                   count(*) FILTER (ran_at > ?::TIMESTAMP - INTERVAL 1 DAY) AS runs_24h
+            FROM detector_runs GROUP BY detector ORDER BY detector
+            """,
+            [as_of, as_of],
+        ).to_pylist()
+        return [DetectorHealth(**r) for r in rows]
+
+    def trace(self, trace_id: str, around: Window | None = None) -> dict[str, pa.Table]:
+        bound, params = ("AND end_time >= ? AND end_time < ?", [around.start, around.end]) if around else ("", [])
+        spans = self._source.arrow(
+            f"SELECT {_SPAN_COLUMNS} FROM spans WHERE trace_id = ? {bound} ORDER BY start_time, span_id",
+            [trace_id, *params],
+        )
+        if spans.num_rows == 0:
+            return {"spans": spans}
+        ends = spans.column("end_time").to_pylist()
+        starts = spans.column("start_time").to_pylist()
+        # The request model over exactly the trace's span ends: a narrow window, so the join is cheap.
+        window = Window(min(ends), max(ends) + timedelta(microseconds=1))
+        requests = self._source.arrow(
+            "SELECT * FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP) WHERE trace_id = ? ORDER BY start_time",
+            [window.start, window.end, trace_id],
+        )
+        scores = self._source.arrow(
+            "SELECT span_id, name, score, label, explanation, source, observed_at FROM span_scores "
+            "WHERE trace_id = ? ORDER BY observed_at, name",
+            [trace_id],
+        )
+        replicas = sorted({r for r in spans.column("replica_id").to_pylist() if r is not None})
+        replicas += [r for r in requests.column("replica_id").to_pylist() if r is not None and r not in replicas]
+        engine = self._source.arrow(
+            "SELECT time, replica_id, name, metric, kind, value, interval_s FROM engine_metrics "
+            "WHERE replica_id IN (SELECT unnest(?::VARCHAR[])) AND time >= ? AND time <= ? ORDER BY name, time",
+            [replicas, min(starts) - ENGINE_MARGIN, max(ends) + ENGINE_MARGIN],
+        )
+        return {"spans": spans, "requests": requests, "scores": scores, "engine": engine}

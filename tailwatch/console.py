@@ -1,0 +1,237 @@
+"""The console: static pages at `/` drawn in the browser from the JSON API, and the three reads it adds to it
+(detector figures over time, service status, one trace).
+
+Nothing here reads the store except through `ConsoleQueries`; the pages fetch the same JSON any client can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from detectors.detection import DetectionPass
+from storage.ports import ConsoleQueries, QueryError, Window
+from tailwatch import results
+from tailwatch.answers import error, instant
+
+STATIC = Path(__file__).parent / "static"
+# Served to a browser without the token: the sign-in page and what it needs, none of it data.
+SIGN_IN_PATHS = frozenset({"/login", "/console/login.js", "/console/style.css"})
+COOKIE = "tailwatch_token"
+# The browser may load nothing from anywhere but this server: no CDN, no font service, no beacon.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+FIGURE_ROWS = 200_000
+DEFAULT_RANGE = timedelta(hours=24)
+RATE_SAMPLE_SECONDS = 5.0
+RATE_SAMPLES = 13  # a minute of samples
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _static(name: str) -> web.Response:
+    path = STATIC / name
+    return web.Response(body=path.read_bytes(), content_type=_TYPES[path.suffix], headers=SECURITY_HEADERS)
+
+
+def cookie_matches(request: web.Request, expected: str) -> bool:
+    """The console's session: the token itself in an HttpOnly, same-site cookie, compared in constant time."""
+    given = request.cookies.get(COOKIE)
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+class IngestRate:
+    """Spans stored per second over the last minute, from samples of the writer's counter every few seconds."""
+
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.monotonic) -> None:
+        self._registry = registry
+        self._clock = clock
+        self._samples: deque[tuple[float, float, float]] = deque(maxlen=RATE_SAMPLES)
+
+    def sample(self) -> None:
+        received = sum(_samples(self._registry, "tailwatch_spans_received_total").values())
+        stored = self._registry.get_sample_value("tailwatch_spans_stored_total") or 0.0
+        self._samples.append((self._clock(), received, stored))
+
+    def per_second(self) -> tuple[float | None, float | None]:
+        """(received, stored) spans per second; None until two samples exist."""
+        if len(self._samples) < 2:
+            return None, None
+        (t0, r0, s0), (t1, r1, s1) = self._samples[0], self._samples[-1]
+        return (r1 - r0) / (t1 - t0), (s1 - s0) / (t1 - t0)
+
+    async def run(self, app: web.Application) -> Any:
+        async def loop() -> None:
+            while True:
+                self.sample()
+                await asyncio.sleep(RATE_SAMPLE_SECONDS)
+
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _samples(registry: CollectorRegistry, name: str) -> dict[str, float]:
+    """A counter's samples by their labels' values joined with '/' (e.g. 'grpc', 'traces/overloaded')."""
+    out: dict[str, float] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            if sample.name == name:
+                out["/".join(sample.labels.values())] = sample.value
+    return out
+
+
+def _range(request: web.Request) -> tuple[datetime, datetime]:
+    until = instant(request.query["to"], "to") if "to" in request.query else _now()
+    since = instant(request.query["from"], "from") if "from" in request.query else until - DEFAULT_RANGE
+    if since >= until:
+        raise QueryError("bad_request", "from must be before to")
+    return since, until
+
+
+def _json(body: Any) -> web.Response:
+    return web.Response(body=results.dumps(body), content_type="application/json")
+
+
+def add_console(
+    app: web.Application,
+    *,
+    registry: CollectorRegistry,
+    queries: ConsoleQueries,
+    detection: DetectionPass | None,
+    is_ready: Callable[[], bool],
+    token: str | None,
+    secure_cookie: bool,
+) -> None:
+    rate = IngestRate(registry)
+    app.cleanup_ctx.append(rate.run)
+
+    async def index(_: web.Request) -> web.Response:
+        return _static("index.html")
+
+    async def asset(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        # Only the files shipped in the static directory, by exact name: no path reaches elsewhere.
+        if name not in {p.name for p in STATIC.iterdir()}:
+            raise web.HTTPNotFound()
+        return _static(name)
+
+    async def sign_in_page(_: web.Request) -> web.Response:
+        return _static("login.html")
+
+    async def sign_in(request: web.Request) -> web.Response:
+        if token is None:
+            return web.Response(status=204)
+        form = await request.post()
+        given = str(form.get("token", ""))
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            return error(401, "unauthorized", "that is not this service's API token")
+        response = web.Response(status=204)
+        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=secure_cookie, path="/")
+        return response
+
+    async def figures(request: web.Request) -> web.Response:
+        """A detector's stored figures for the windows ending in (from, to] (default: the last 24 hours)."""
+        detector = request.match_info["detector"]
+        try:
+            since, until = _range(request)
+            limit = min(int(request.query.get("limit", FIGURE_ROWS)), FIGURE_ROWS)
+            table = await asyncio.to_thread(queries.figures, detector, since, until, limit=limit)
+        except ValueError:
+            return error(400, "bad_request", "limit must be an integer")
+        except QueryError as exc:
+            return error(400, exc.code, exc.message)
+        except KeyError as exc:
+            return error(404, "unknown_detector", str(exc.args[0]))
+        config = None
+        with contextlib.suppress(KeyError):  # a table that is not a detector's own (traffic_pattern_labels)
+            config = detection.config(detector).model_dump(mode="json") if detection is not None else None
+        return _json(
+            {
+                "detector": detector,
+                "from": since,
+                "to": until,
+                "config": config,
+                "rows": results.records(table),
+                "truncated": table.num_rows >= limit,
+            }
+        )
+
+    async def status(_: web.Request) -> web.Response:
+        """Ingest and detector health: what an operator checks first."""
+        received, stored = rate.per_second()
+        last_commit = registry.get_sample_value("tailwatch_writer_last_commit_timestamp_seconds") or None
+        ran = {h.detector: h for h in await asyncio.to_thread(queries.detector_health, _now())}
+        detectors = []
+        for key in detection.keys() if detection is not None else sorted(ran):
+            h = ran.get(key)
+            detectors.append(
+                {
+                    "detector": key,
+                    "interval_seconds": detection.config(key).interval_seconds if detection is not None else None,
+                    **({k: v for k, v in h.__dict__.items() if k != "detector"} if h else {"runs_24h": 0}),
+                }
+            )
+        return _json(
+            {
+                "now": _now(),
+                "ready": is_ready(),
+                "ingest": {
+                    "received_per_second": received,
+                    "stored_per_second": stored,
+                    "received": _samples(registry, "tailwatch_spans_received_total"),
+                    "stored": registry.get_sample_value("tailwatch_spans_stored_total"),
+                    "rejected": {k: v for k, v in _samples(registry, "tailwatch_spans_rejected_total").items() if v},
+                    "refused": {k: v for k, v in _samples(registry, "tailwatch_items_refused_total").items() if v},
+                    "queued": registry.get_sample_value("tailwatch_writer_queued_spans"),
+                    "last_commit": datetime.fromtimestamp(last_commit, UTC).replace(tzinfo=None)
+                    if last_commit
+                    else None,
+                    "commit_failures": registry.get_sample_value("tailwatch_writer_commit_failures_total"),
+                },
+                "detectors": detectors,
+            }
+        )
+
+    async def trace(request: web.Request) -> web.Response:
+        """One trace: its spans, its requests as the request model has them, its scores, and its replica's engine
+        metrics around it. `from`/`to` bound the search to spans ending between them."""
+        trace_id = request.match_info["trace_id"].lower()
+        if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):
+            return error(400, "bad_request", "a trace id is 32 hex digits")
+        try:
+            around = Window(*_range(request)) if "from" in request.query else None
+        except QueryError as exc:
+            return error(400, exc.code, exc.message)
+        found = await asyncio.to_thread(queries.trace, trace_id, around)
+        if found["spans"].num_rows == 0:
+            return error(404, "not_found", f"no spans of trace {trace_id}" + (" in that range" if around else ""))
+        return _json({"trace_id": trace_id, **{name: results.records(t) for name, t in found.items()}})
+
+    app.router.add_get("/", index)
+    app.router.add_get("/console/{name}", asset)
+    app.router.add_get("/login", sign_in_page)
+    app.router.add_post("/login", sign_in)
+    app.router.add_get("/v1/figures/{detector}", figures)
+    app.router.add_get("/v1/status", status)
+    app.router.add_get("/v1/traces/{trace_id}", trace)

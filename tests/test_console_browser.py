@@ -1,0 +1,315 @@
+"""The console in a real browser (the system's headless Chromium, driven by Playwright) against a real service
+seeded by the simulator with planted faults: every page loads without a console error and without a request
+to any address but this machine's loopback, its charts carry the values the API holds for the planted data,
+and a deep link restores its view.
+
+Run alone with `scripts/test tests/test_console_browser.py`; set TAILWATCH_SCREENSHOTS=DIR to keep a picture of
+each page there (docs/screenshots holds the ones the README shows)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from conftest import RunningService, service_settings
+from console_seed import EARLY_BEFORE, fault_end, seed
+from receivers import require_or_skip
+
+from detectors.registry import REGISTRY
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+TOKEN = "console-test-token"
+# Only the passes the seed runs: the scheduler's own would evaluate the empty minutes after the seed.
+NO_SCHEDULE = {"detectors": {key: {"interval_seconds": 86_400} for key in REGISTRY}}
+
+
+class _Keep(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None
+
+
+NO_REDIRECTS = urllib.request.build_opener(_Keep)
+
+
+def chromium() -> str:
+    path = os.environ.get("TAILWATCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        require_or_skip("no Chromium: apt-get install chromium (Debian/Ubuntu; .ci/run does this in CI)")
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningService, datetime]]:
+    end = fault_end()
+    db = tmp_path_factory.mktemp("console") / "tailwatch.duckdb"
+    with RunningService(service_settings(db, **NO_SCHEDULE)) as svc:
+        seed(svc, end)
+        yield svc, end
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+class Console:
+    """One browser page on the console, recording console errors and every request that would leave the host."""
+
+    def __init__(self, browser: Any, base: str) -> None:
+        self.base = base
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.errors: list[str] = []
+        self.outside: list[str] = []
+        self.context.route("**/*", self._only_loopback)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def _only_loopback(self, route: Any) -> None:
+        host = urlparse(route.request.url).hostname
+        if host not in LOOPBACK:
+            self.outside.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    def open(self, fragment: str) -> Any:
+        self.page.goto(f"{self.base}/#/{fragment}")
+        return self.rendered()
+
+    def rendered(self) -> Any:
+        self.page.wait_for_selector("body[data-rendered='1']", timeout=30_000)
+        return self.page
+
+    def points(self, chart: str, series: str, selector: str = "circle.pt") -> dict[str, float]:
+        """What a chart drew for one series: x (an ISO time or a category) -> value."""
+        return self.page.eval_on_selector_all(
+            f"svg[data-chart='{chart}'] {selector}[data-series={json.dumps(series)}]",
+            "els => Object.fromEntries(els.map(e => [e.dataset.x, Number(e.dataset.v)]))",
+        )
+
+    def shot(self, name: str) -> None:
+        target = os.environ.get("TAILWATCH_SCREENSHOTS")
+        if target:
+            Path(target).mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(Path(target) / f"{name}.png"), full_page=True)
+
+    def close(self) -> None:
+        assert self.outside == [], f"requests left the host: {self.outside}"
+        self.context.close()
+
+
+@pytest.fixture
+def console(browser: Any, seeded: tuple[RunningService, datetime]) -> Iterator[Console]:
+    c = Console(browser, seeded[0].api_url)
+    yield c
+    assert c.errors == [], c.errors
+    c.close()
+
+
+def get(svc: RunningService, path: str, token: str | None = None) -> Any:
+    request = urllib.request.Request(svc.api_url + path, headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def iso(value: str) -> str:
+    """The API's timestamps as the charts write them (JavaScript's toISOString)."""
+    instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return f"{instant:%Y-%m-%dT%H:%M:%S}.{instant.microsecond // 1000:03d}Z"
+
+
+def weighted(rows: list[dict[str, Any]], field: str, weight: str) -> float:
+    rows = [r for r in rows if r[field] is not None and r[weight]]
+    return sum(r[field] * r[weight] for r in rows) / sum(r[weight] for r in rows)
+
+
+def test_the_overview_shows_the_planted_alerts_top_clusters_and_health(
+    console: Console, seeded: tuple[RunningService, datetime]
+) -> None:
+    svc, _ = seeded
+    page = console.open("overview")
+    console.shot("overview")
+    firing = page.eval_on_selector_all("#firing tbody tr", "rows => rows.map(r => r.innerText)")
+    api_firing = get(svc, "/v1/alerts?state=firing")["alerts"]
+    assert len(firing) == len(api_firing) > 0
+    assert any("tenant_fairness" in row and "tenant_id=smallco" in row for row in firing), firing
+    assert any("cache_curve" in row and "bucket=low" in row for row in firing), firing
+    # The top clusters are the newest window's, in rank order, with links to their example traces.
+    clusters = get(svc, "/v1/clusters?limit=200")["clusters"]
+    newest = [c for c in clusters if c["window_end"] == clusters[0]["window_end"]][:10]
+    shown = page.eval_on_selector_all("#clusters tbody tr td:nth-child(2)", "cells => cells.map(c => c.innerText)")
+    assert shown == [", ".join(f"{k}={v}" for k, v in c["signature"].items()) for c in newest]
+    links = page.eval_on_selector_all("#clusters a.trace", "links => links.map(a => a.getAttribute('href'))")
+    assert links[0].startswith(f"#/request?trace={newest[0]['example_trace_ids'][0]}&at=")
+    # Health: every detector ran its 36+ passes without a failure, and the writer has committed.
+    detectors = page.eval_on_selector_all("#detectors tbody tr", "rows => rows.map(r => r.cells[2].innerText)")
+    assert detectors == ["ok"] * len(REGISTRY)
+    tile = page.eval_on_selector_all(".tile", "ts => Object.fromEntries(ts.map(t => [t.dataset.tile, t.innerText]))")
+    assert tile["Ready"].endswith("yes")
+    assert "ago" in tile["Last commit"]
+
+
+def test_the_per_token_chart_draws_the_stored_p99_against_its_baseline_band_with_the_breach_reason(
+    console: Console, seeded: tuple[RunningService, datetime]
+) -> None:
+    svc, end = seeded
+    page = console.open("tokens?range=6h")
+    console.shot("tokens")
+    rows = [
+        r for r in get(svc, "/v1/figures/token_latency?from=2000-01-01T00:00:00Z")["rows"] if r["grouping"] == "model"
+    ]
+    drawn = console.points("tpot", "tpot p99")
+    assert drawn == {iso(r["window_end"]): r["tpot_p99"] for r in rows}
+    # The early fault window breached, tagged with its reason, above the band's top (2x the baseline).
+    breach = iso(f"{end - EARLY_BEFORE:%Y-%m-%dT%H:%M:%S}Z")
+    marks = page.eval_on_selector_all(
+        "svg[data-chart='tpot'] g.mark", "ms => ms.map(m => [m.dataset.x, m.dataset.label])"
+    )
+    assert [breach, "prefill_burst"] in marks
+    band = page.eval_on_selector(
+        f"svg[data-chart='tpot'] g.band-pt[data-x='{breach}']", "b => [Number(b.dataset.lo), Number(b.dataset.hi)]"
+    )
+    assert drawn[breach] > band[1] > band[0]
+    assert page.eval_on_selector_all("#breaches tbody tr", "rows => rows.length") >= 1
+
+
+def test_the_tenant_chart_shows_the_small_tenant_above_every_tenant_together(
+    console: Console, seeded: tuple[RunningService, datetime]
+) -> None:
+    svc, end = seeded
+    console.open("tenants?range=6h&tenant=smallco")
+    console.shot("tenants")
+    rows = get(svc, "/v1/figures/tenant_fairness?from=2000-01-01T00:00:00Z")["rows"]
+    smallco = {iso(r["window_end"]): r["latency_p99"] for r in rows if r["tenant_id"] == "smallco"}
+    drawn = console.points("tenant-e2e", "tenant smallco")
+    everyone = console.points("tenant-e2e", "all tenants")
+    assert drawn == smallco
+    last = iso(f"{end:%Y-%m-%dT%H:%M:%S}Z")
+    assert drawn[last] > 1.4 * everyone[last]  # the noisy neighbour's burst, against the aggregate
+    jain = console.points("jain", "Jain's index")
+    assert all(0 < v <= 1 for v in jain.values()) and jain
+
+
+def test_the_curves_show_the_cache_cliff_the_worse_variant_and_the_long_contexts(
+    console: Console, seeded: tuple[RunningService, datetime]
+) -> None:
+    svc, _ = seeded
+    page = console.open("curves?range=6h&score=groundedness")
+    console.shot("curves")
+    cache = get(svc, "/v1/figures/cache_curve?from=2000-01-01T00:00:00Z")["rows"]
+    drawn = console.points("cache-score", "this range", "rect.bar")
+    for bucket in ("high", "medium", "low"):
+        mine = [r for r in cache if r["bucket"] == bucket and r["score_name"] == "groundedness"]
+        assert drawn[bucket] == pytest.approx(weighted(mine, "score_mean", "score_n"), rel=1e-12)
+    assert drawn["low"] < drawn["high"] - 0.02  # the planted eviction cost quality in the low-hit bucket
+    # The int4 variant scores worse on the score the scenario degrades.
+    page = console.open("curves?range=6h&score=tool_call_correctness")
+    variant = console.points("quant-score", "variant", "rect.bar")
+    baseline = console.points("quant-score", "baseline", "rect.bar")
+    [int4] = [k for k in variant if k.endswith("int4")]
+    assert variant[int4] < baseline[int4]
+    # Long prompts are the slow row of the heatmap; each pattern timeline step adds up to every request.
+    cells = console.points("context-latency", "64k+", "rect.cell")
+    short = console.points("context-latency", "0-8k", "rect.cell")
+    assert cells and all(cells[o] > short[o] for o in cells)
+    shares = page.eval_on_selector_all(
+        "svg[data-chart='traffic'] rect.seg", "rs => rs.map(r => [r.dataset.x, Number(r.dataset.v)])"
+    )
+    totals: dict[str, float] = {}
+    for x, v in shares:
+        totals[x] = totals.get(x, 0) + v
+    assert totals and all(t == pytest.approx(1) for t in totals.values())
+
+
+def test_a_clusters_example_opens_the_request_with_its_scores_and_its_replicas_engine_metrics(
+    console: Console, seeded: tuple[RunningService, datetime]
+) -> None:
+    svc, _ = seeded
+    page = console.open("overview")
+    link = page.locator("#clusters a.trace").first
+    trace_id = link.get_attribute("href").split("trace=")[1].split("&")[0]
+    link.click()
+    page = console.rendered()
+    console.shot("request")
+    assert page.evaluate("document.body.dataset.view") == "request"
+    body = get(svc, f"/v1/traces/{trace_id}")
+    spans = page.eval_on_selector_all("svg[data-chart='spans'] rect.span", "rs => rs.map(r => r.dataset.series)")
+    assert sorted(spans) == sorted(s["span_id"] for s in body["spans"]) and len(spans) == 2  # gateway + vLLM
+    column = page.eval_on_selector("#request-columns td[data-column='trace_id']", "td => td.innerText")
+    assert column == trace_id
+    scores = page.eval_on_selector_all("#scores tbody tr", "rows => rows.map(r => r.cells[0].innerText)")
+    assert scores == [s["name"] for s in body["scores"]] and scores
+    # The KV-cache usage its replica reported around it, as stored.
+    [replica] = {p["replica_id"] for p in body["engine"]}
+    kv = {iso(p["time"]): p["value"] for p in body["engine"] if p["metric"] == "kv_cache_usage"}
+    assert console.points("engine-kv_cache_usage", replica) == kv and kv
+
+
+def test_a_deep_link_restores_the_view_range_selection_and_refresh(console: Console) -> None:
+    page = console.open("tenants?range=6h&tenant=smallco&refresh=60")
+    assert page.eval_on_selector("nav a.active", "a => a.dataset.view") == "tenants"
+    assert page.eval_on_selector("#range", "s => s.value") == "6h"
+    assert page.eval_on_selector("#refresh", "s => s.value") == "60"
+    assert page.eval_on_selector("select[aria-label='Tenant']", "s => s.value") == "smallco"
+    # Changing the range writes it into the URL, keeping the selection, and redraws.
+    page.select_option("#range", "1h")
+    console.rendered()
+    assert "range=1h" in page.url and "tenant=smallco" in page.url
+    page.goto(page.url.replace("tenants", "curves"))
+    assert console.rendered().eval_on_selector("nav a.active", "a => a.dataset.view") == "curves"
+
+
+def test_the_console_forbids_loading_anything_from_elsewhere(seeded: tuple[RunningService, datetime]) -> None:
+    svc, _ = seeded
+    with urllib.request.urlopen(svc.api_url + "/", timeout=10) as response:
+        policy = response.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "connect-src 'self'" in policy and "script-src 'self'" in policy
+
+
+def test_the_api_token_guards_the_console_and_a_deep_link_survives_signing_in(browser: Any, tmp_path: Path) -> None:
+    with RunningService(service_settings(tmp_path / "t.duckdb", api={"token": TOKEN}, **NO_SCHEDULE)) as svc:
+        # Without the token: the console's page sends a browser to sign in; its script and data are refused.
+        refusals = [("/", 303), ("/console/app.js", 401), ("/v1/status", 401), ("/v1/figures/token_latency", 401)]
+        for path, code in [*refusals, (f"/v1/traces/{'a' * 32}", 401)]:
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                NO_REDIRECTS.open(svc.api_url + path, timeout=10)
+            assert refused.value.code == code, path
+        assert refused.value.headers["WWW-Authenticate"] == 'Bearer realm="tailwatch"'
+        # A cookie that is not the token opens nothing either.
+        wrong = urllib.request.Request(svc.api_url + "/v1/status", headers={"Cookie": "tailwatch_token=guess"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            NO_REDIRECTS.open(wrong, timeout=10)
+        assert refused.value.code == 401
+        assert get(svc, "/v1/status", TOKEN)["ready"] is True
+        c = Console(browser, svc.api_url)
+        c.page.goto(f"{svc.api_url}/#/curves?range=1h")
+        c.page.wait_for_selector("#login")
+        assert urlparse(c.page.url).path == "/login" and c.page.url.endswith("#/curves?range=1h")
+        c.shot("login")
+        c.page.fill("#token", "wrong")
+        c.page.click("button[type=submit]")
+        c.page.wait_for_selector("#error:has-text('not this service')")
+        c.page.fill("#token", TOKEN)
+        c.page.click("button[type=submit]")
+        page = c.rendered()
+        assert page.evaluate("document.body.dataset.view") == "curves" and page.url.endswith("#/curves?range=1h")
+        assert not page.query_selector("p.error")
+        # The only console error is the browser's note of the refused wrong token.
+        assert all("401" in e for e in c.errors) and len(c.errors) == 1, c.errors
+        c.close()
