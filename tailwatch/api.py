@@ -150,7 +150,9 @@ def api_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     # This server's own routes and auth, encoded once.
-    description = json.dumps(openapi.document(sql=sql is not None, auth=bool(token), open_paths=OPEN_PATHS)).encode()
+    description = json.dumps(
+        openapi.document(sql=sql is not None, auth=bool(token), open_paths=OPEN_PATHS, console=console is not None)
+    ).encode()
 
     async def openapi_json(_: web.Request) -> web.Response:
         return web.Response(body=description, content_type="application/json")
@@ -171,8 +173,9 @@ def _bearer(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
         # carries the token in the console's cookie instead of a header.
         if not (hmac.compare_digest(given, expected) or console_pages.cookie_matches(request, token)):
             if request.path == "/" and request.method == "GET":
-                # The fragment (the console's view and range) survives the redirect and the sign-in.
-                raise web.HTTPSeeOther("/login")
+                # The sign-in page in place of the console: the URL, and the view and range in its fragment,
+                # stay as they are for the reload that follows signing in.
+                return console_pages.sign_in_page()
             response = _error(401, "unauthorized", "this API needs an Authorization: Bearer <token> header")
             response.headers["WWW-Authenticate"] = 'Bearer realm="tailwatch"'
             return response

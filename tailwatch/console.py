@@ -25,7 +25,7 @@ from tailwatch import results
 from tailwatch.answers import error, instant
 
 STATIC = Path(__file__).parent / "static"
-# Served to a browser without the token: the sign-in page and what it needs, none of it data.
+# Served to a browser without the token: what the sign-in page needs, none of it data.
 SIGN_IN_PATHS = frozenset({"/login", "/console/login.js", "/console/style.css"})
 COOKIE = "tailwatch_token"
 # The browser may load nothing from anywhere but this server: no CDN, no font service, no beacon.
@@ -50,6 +50,14 @@ def _now() -> datetime:
 def _static(name: str) -> web.Response:
     path = STATIC / name
     return web.Response(body=path.read_bytes(), content_type=_TYPES[path.suffix], headers=SECURITY_HEADERS)
+
+
+def sign_in_page() -> web.Response:
+    """What `/` answers without the token: a form that asks for it."""
+    response = _static("login.html")
+    response.set_status(401)
+    response.headers["WWW-Authenticate"] = 'Bearer realm="tailwatch"'
+    return response
 
 
 def cookie_matches(request: web.Request, expected: str) -> bool:
@@ -136,10 +144,8 @@ def add_console(
             raise web.HTTPNotFound()
         return _static(name)
 
-    async def sign_in_page(_: web.Request) -> web.Response:
-        return _static("login.html")
-
     async def sign_in(request: web.Request) -> web.Response:
+        """Trade the token for the console's cookie (form field `token`)."""
         if token is None:
             return web.Response(status=204)
         form = await request.post()
@@ -230,7 +236,6 @@ def add_console(
 
     app.router.add_get("/", index)
     app.router.add_get("/console/{name}", asset)
-    app.router.add_get("/login", sign_in_page)
     app.router.add_post("/login", sign_in)
     app.router.add_get("/v1/figures/{detector}", figures)
     app.router.add_get("/v1/status", status)

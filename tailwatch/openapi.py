@@ -173,6 +173,82 @@ SCHEMAS: Json = {
             },
         },
     },
+    "Figures": {
+        "type": "object",
+        "required": ["detector", "from", "to", "rows", "truncated"],
+        "properties": {
+            "detector": {"type": "string"},
+            "from": _TIME,
+            "to": _TIME,
+            "config": {
+                "type": ["object", "null"],
+                "description": "The detector's configuration as it runs (thresholds, window); null for a table that "
+                "is not a detector's own.",
+            },
+            "rows": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "Rows of the detector's table (docs/detectors.md) without `evaluated_at`, oldest first.",
+            },
+            "truncated": {"type": "boolean", "description": "`true` when `limit` cut the rows."},
+        },
+    },
+    "ServiceStatus": {
+        "type": "object",
+        "required": ["now", "ready", "ingest", "detectors"],
+        "properties": {
+            "now": _TIME,
+            "ready": {"type": "boolean"},
+            "ingest": {
+                "type": "object",
+                "description": "Rates over the last minute (null until two samples, 5 s apart, exist); counts "
+                "since start; `rejected` and `refused` by reason, only where non-zero.",
+                "properties": {
+                    "received_per_second": {"type": ["number", "null"]},
+                    "stored_per_second": {"type": ["number", "null"]},
+                    "received": {"type": "object", "additionalProperties": {"type": "number"}},
+                    "stored": {"type": ["number", "null"]},
+                    "rejected": {"type": "object", "additionalProperties": {"type": "number"}},
+                    "refused": {"type": "object", "additionalProperties": {"type": "number"}},
+                    "queued": {"type": ["number", "null"]},
+                    "last_commit": {**_TIME, "type": ["string", "null"]},
+                    "commit_failures": {"type": ["number", "null"]},
+                },
+            },
+            "detectors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["detector", "runs_24h"],
+                    "properties": {
+                        "detector": {"type": "string"},
+                        "interval_seconds": {"type": ["integer", "null"]},
+                        "last_run": {**_TIME, "type": ["string", "null"]},
+                        "last_outcome": {"type": ["string", "null"], "enum": ["ok", "error", None]},
+                        "last_seconds": {"type": ["number", "null"]},
+                        "last_error": {"type": ["string", "null"]},
+                        "failures_24h": {"type": "integer"},
+                        "runs_24h": {"type": "integer"},
+                    },
+                },
+            },
+        },
+    },
+    "Trace": {
+        "type": "object",
+        "required": ["trace_id", "spans"],
+        "properties": {
+            "trace_id": {"type": "string"},
+            "spans": {"type": "array", "items": {"type": "object"}, "description": "`spans` rows, start order."},
+            "requests": {"type": "array", "items": {"type": "object"}, "description": "Its `llm_requests` rows."},
+            "scores": {"type": "array", "items": {"type": "object"}, "description": "Its `span_scores` rows."},
+            "engine": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "`engine_metrics` points of its replicas from a minute before it to a minute after.",
+            },
+        },
+    },
     "SqlRequest": {
         "type": "object",
         "required": ["sql"],
@@ -211,7 +287,7 @@ SCHEMAS: Json = {
 }
 
 
-def _paths(sql: bool) -> dict[str, Json]:
+def _paths(sql: bool, console: bool) -> dict[str, Json]:
     bad_limit = _error("`limit` is not an integer (`bad_request`).")
     paths: dict[str, Json] = {
         PATH: {
@@ -303,6 +379,8 @@ def _paths(sql: bool) -> dict[str, Json]:
             }
         },
     }
+    if console:
+        paths.update(_console_paths())
     if sql:
         busy = _error("Every SQL slot stayed busy for the statement time limit (`busy`).", headers=_RETRY_AFTER)
         arrow = {ARROW_STREAM: {"schema": {"type": "string", "contentMediaType": ARROW_STREAM}}}
@@ -362,17 +440,98 @@ def _paths(sql: bool) -> dict[str, Json]:
     return paths
 
 
-def document(*, sql: bool = True, auth: bool = False, open_paths: Collection[str] = ()) -> Json:
-    """The description of an API port with (or without) the SQL routes and a bearer token; with a token,
-    `open_paths` are those that answer without it."""
-    paths = _paths(sql)
+def _console_paths() -> dict[str, Json]:
+    html = {"text/html": {"schema": {"type": "string"}}}
+    range_ = [
+        _query("from", _TIME, "Start of the range (exclusive), by `window_end`; default 24 hours before `to`."),
+        _query("to", _TIME, "End of the range (inclusive); default now."),
+    ]
+    return {
+        "/": {
+            "get": {
+                "operationId": "console",
+                "summary": "The console (docs/console.md): pages drawn in the browser from this API.",
+                "responses": {"200": {"description": "The console's page.", "content": html}},
+            }
+        },
+        "/console/{name}": {
+            "get": {
+                "operationId": "console_asset",
+                "summary": "The console's scripts and style, by file name.",
+                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "The file."}, "404": {"description": "No such file."}},
+            }
+        },
+        "/login": {
+            "post": {
+                "operationId": "sign_in",
+                "summary": "Trade the API token for the console's HttpOnly, same-site cookie.",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/x-www-form-urlencoded": {
+                            "schema": {"type": "object", "properties": {"token": {"type": "string"}}}
+                        }
+                    },
+                },
+                "responses": {"204": {"description": "Signed in: the cookie is set (or no token is configured)."}},
+            }
+        },
+        "/v1/figures/{detector}": {
+            "get": {
+                "operationId": "figures",
+                "summary": "A detector's stored figures for the windows ending in (from, to].",
+                "parameters": [
+                    {"name": "detector", "in": "path", "required": True, "schema": {"type": "string"}},
+                    *range_,
+                    _query("limit", {"type": "integer", "minimum": 0, "default": 200_000}, "At most 200,000 rows."),
+                ],
+                "responses": {
+                    "200": _json(_ref("Figures"), "The rows, oldest window first."),
+                    "400": _error("A malformed `from`, `to` or `limit`, or `from` not before `to` (`bad_request`)."),
+                    "404": _error("No detector table of that name (`unknown_detector`)."),
+                },
+            }
+        },
+        "/v1/status": {
+            "get": {
+                "operationId": "status",
+                "summary": "Ingest and detector health: rates, rejects, the writer's queue and last commit, each "
+                "detector's last pass and failures.",
+                "responses": {"200": _json(_ref("ServiceStatus"), "The service's health now.")},
+            }
+        },
+        "/v1/traces/{trace_id}": {
+            "get": {
+                "operationId": "trace",
+                "summary": "One trace: spans, request rows, scores and its replicas' engine metrics around it.",
+                "parameters": [
+                    {"name": "trace_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                    _query("from", _TIME, "With `to`: only spans ending in [from, to), sparing a full scan."),
+                    _query("to", _TIME, "End of that range; default now."),
+                ],
+                "responses": {
+                    "200": _json(_ref("Trace"), "Everything stored of the trace."),
+                    "400": _error("Not 32 hex digits, or a malformed range (`bad_request`)."),
+                    "404": _error("No span of that trace (in that range) (`not_found`)."),
+                },
+            }
+        },
+    }
+
+
+def document(*, sql: bool = True, auth: bool = False, open_paths: Collection[str] = (), console: bool = True) -> Json:
+    """The description of an API port with (or without) the SQL routes, the console and a bearer token; with a
+    token, `open_paths` are those that answer without it."""
+    paths = _paths(sql, console)
     components: Json = {"schemas": SCHEMAS}
     doc: Json = {
         "openapi": "3.1.0",
         "info": {
             "title": "Tailwatch API",
             "version": __version__,
-            "description": "Analyst SQL, exports, alerts, clusters, Prometheus metrics and health (port 4319).",
+            "description": "Analyst SQL, exports, alerts, clusters, detector figures, the console, Prometheus "
+            "metrics and health (port 4319).",
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
         },
         "paths": paths,
@@ -393,4 +552,10 @@ def document(*, sql: bool = True, auth: bool = False, open_paths: Collection[str
                     operation["security"] = []
                 else:
                     operation["responses"]["401"] = unauthorized
+    if auth and console:
+        paths["/"]["get"]["responses"]["401"] = {
+            "description": "Without the token (header or cookie): the sign-in page, in place of the console.",
+            "content": {"text/html": {"schema": {"type": "string"}}},
+        }
+        paths["/login"]["post"]["responses"]["401"] = _error("Not this service's token (`unauthorized`).")
     return doc

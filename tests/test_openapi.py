@@ -20,6 +20,7 @@ from conftest import RunningService, service_settings
 from prometheus_client import CollectorRegistry
 
 from storage.duckdb.analyst import AnalystQueries
+from storage.duckdb.console_reads import DuckDBConsoleQueries
 from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
 from tailwatch import openapi
 from tailwatch.api import OPEN_PATHS, api_app
@@ -65,8 +66,9 @@ def con() -> Iterator[duckdb.DuckDBPyConnection]:
 
 def build(con: duckdb.DuckDBPyConnection, sql: bool, token: str | None) -> web.Application:
     analyst = AnalystQueries(con, timeout_seconds=1, max_rows=5) if sql else None
-    alerts = DuckDBAlertQueries(DuckDBWindowSource(con))
-    return api_app(CollectorRegistry(), lambda: True, alerts, analyst=analyst, token=token)
+    source = DuckDBWindowSource(con)
+    alerts, console = DuckDBAlertQueries(source), DuckDBConsoleQueries(source)
+    return api_app(CollectorRegistry(), lambda: True, alerts, analyst=analyst, console=console, token=token)
 
 
 async def served_document(app: web.Application, token: str | None) -> tuple[dict[str, Any], set[tuple[str, str]]]:

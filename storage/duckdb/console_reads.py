@@ -21,13 +21,14 @@ class DuckDBConsoleQueries:
         self._tables: frozenset[str] | None = None
 
     def _figure_tables(self) -> frozenset[str]:
-        # The detectors' tables are the ones their evaluations fill: keyed by window and evaluation time.
-        # A name is checked against them, never pasted blind.
+        # The detectors' tables are the ones their evaluations fill: keyed by window and evaluation time (the
+        # run log is too, but it is read as detector_health). A name is checked against them, never pasted blind.
         if self._tables is None:
             self._tables = frozenset(
                 self._source.arrow(
                     "SELECT table_name FROM duckdb_columns() WHERE database_name = current_database() "
-                    "AND column_name IN ('window_end', 'evaluated_at') GROUP BY table_name HAVING count(*) = 2"
+                    "AND table_name <> 'detector_runs' AND column_name IN ('window_end', 'evaluated_at') "
+                    "GROUP BY table_name HAVING count(*) = 2"
                 )
                 .column(0)
                 .to_pylist()

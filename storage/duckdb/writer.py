@@ -198,12 +198,7 @@ class Writer:
                 item.future.set_exception(exc)
         else:
             self._recent.add([k for k, kept in zip(keys, keep, strict=True) if kept], now)
-            offset = 0
-            for item in items:
-                n = item.table.num_rows if item.table is not None else 0
-                inserted = sum(keep[offset : offset + n])
-                offset += n
-                item.future.set_result(WriteResult(inserted=inserted, duplicates=n - inserted))
+            # Counted before anyone is told: a client that saw its spans acknowledged sees them counted.
             if self._metrics:
                 stored_spans = batch.num_rows if batch is not None else 0
                 self._metrics.inserted.inc(stored_spans)
@@ -213,6 +208,12 @@ class Writer:
                 self._metrics.commit_seconds.observe(time.perf_counter() - started)
                 self._metrics.last_commit.set_to_current_time()
                 self._metrics.dedup_seconds.set(self._recent.covered_seconds(now))
+            offset = 0
+            for item in items:
+                n = item.table.num_rows if item.table is not None else 0
+                inserted = sum(keep[offset : offset + n])
+                offset += n
+                item.future.set_result(WriteResult(inserted=inserted, duplicates=n - inserted))
         finally:
             with self._cv:
                 self._queued_rows -= rows
