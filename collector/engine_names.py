@@ -73,6 +73,40 @@ ENGINE_METRICS: dict[str, EngineMetric] = {
     ),
 }  # fmt: skip
 
+# What vLLM's V1 engine shows on its own /metrics, by the name it registers and its kind: the names
+# above and the rest, which Tailwatch stores unjoined when they arrive. Prometheus shows a counter as
+# <name>_total and a histogram as <name>_bucket, <name>_sum and <name>_count. The Grafana dashboard
+# (deploy/grafana/tailwatch.json) queries vLLM by these names only, and the tests hold it to them.
+VLLM_METRICS: dict[str, Kind] = {
+    "vllm:num_requests_running": Kind.GAUGE,
+    "vllm:num_requests_waiting": Kind.GAUGE,
+    "vllm:kv_cache_usage_perc": Kind.GAUGE,
+    "vllm:gpu_cache_usage_perc": Kind.GAUGE,  # deprecated since 0.9 for kv_cache_usage_perc
+    "vllm:cache_config_info": Kind.GAUGE,
+    "vllm:prefix_cache_queries": Kind.COUNTER,
+    "vllm:prefix_cache_hits": Kind.COUNTER,
+    "vllm:external_prefix_cache_queries": Kind.COUNTER,
+    "vllm:external_prefix_cache_hits": Kind.COUNTER,
+    "vllm:num_preemptions": Kind.COUNTER,
+    "vllm:prompt_tokens": Kind.COUNTER,
+    "vllm:generation_tokens": Kind.COUNTER,
+    "vllm:request_success": Kind.COUNTER,
+    "vllm:iteration_tokens_total": Kind.HISTOGRAM,
+    "vllm:request_prompt_tokens": Kind.HISTOGRAM,
+    "vllm:request_generation_tokens": Kind.HISTOGRAM,
+    "vllm:request_max_num_generation_tokens": Kind.HISTOGRAM,
+    "vllm:request_params_n": Kind.HISTOGRAM,
+    "vllm:request_params_max_tokens": Kind.HISTOGRAM,
+    "vllm:time_to_first_token_seconds": Kind.HISTOGRAM,
+    "vllm:inter_token_latency_seconds": Kind.HISTOGRAM,  # per token; time_per_output_token_seconds before 0.11
+    "vllm:request_time_per_output_token_seconds": Kind.HISTOGRAM,  # per request, as llm_requests.tpot_ms
+    "vllm:e2e_request_latency_seconds": Kind.HISTOGRAM,
+    "vllm:request_queue_time_seconds": Kind.HISTOGRAM,
+    "vllm:request_inference_time_seconds": Kind.HISTOGRAM,
+    "vllm:request_prefill_time_seconds": Kind.HISTOGRAM,
+    "vllm:request_decode_time_seconds": Kind.HISTOGRAM,
+}
+
 _TOTAL = "_total"
 
 

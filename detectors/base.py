@@ -44,6 +44,12 @@ class DetectorConfig(BaseModel):
         1, ge=1, description="Consecutive breaching evaluations before an alert fires (1: the first one)."
     )
     severity: Severity = Field(Severity.WARNING, description="Severity of this detector's alerts.")
+    max_figure_series: int = Field(
+        1000,
+        ge=0,
+        description="Groups of the latest figures shown as Prometheus gauges on /metrics, at most: each is one "
+        "series in every one of the detector's gauges; the rest are dropped and counted.",
+    )
 
     def window(self, at: datetime) -> Window:
         """The event-time window an evaluation at wall-clock `at` covers: [end - window, end)."""

@@ -29,6 +29,7 @@ from prometheus_client import Counter as MetricCounter
 
 from detectors.alerts import Alert, Evaluation, evaluate
 from detectors.base import DetectorConfig, Read, Window
+from detectors.figure_gauges import FigureGauges
 from detectors.registry import REGISTRY, get
 from storage.ports import DetectorStore, EvaluationRecord, RunRecord, WindowSource
 
@@ -97,6 +98,15 @@ class DetectorMetrics:
         self.firing = Gauge(
             "tailwatch_alerts_firing", "Alerts firing after the last evaluation.", ["detector"], registry=registry
         )
+        # Every detector's latest figures as gauges, tailwatch_<detector>_<column> (detectors/figure_gauges.py).
+        self.figures = FigureGauges(registry)
+
+    def show_figures(self, key: str, window: Window, figures: pl.DataFrame | None, limit: int) -> None:
+        """Replace `key`'s figure gauges with this evaluation's (None: it failed); never fails the pass."""
+        try:
+            self.figures.replace(key, window, figures, limit)
+        except Exception:  # the figures are stored; only their gauges are missing
+            log.exception("could not show the figures of %s for %s as gauges", key, window.label())
 
 
 def grid_time(now: datetime, interval_seconds: int) -> datetime:
@@ -229,6 +239,7 @@ class DetectionPass:
             self._metrics.runs.labels(key, "ok").inc()
             self._metrics.seconds.labels(key).observe(seconds)
             self._metrics.firing.labels(key).set(len(evaluation.firing))
+            self._metrics.show_figures(key, window, detection.figures, config.max_figure_series)
         return RunResult(
             key, window, "ok", seconds, rows=detection.figures.height, conditions=len(detection.conditions),
             firing=evaluation.firing,
@@ -248,6 +259,7 @@ class DetectionPass:
     def _record_failure(self, key: str, window: Window, at: datetime, seconds: float, exc: Exception) -> None:
         if self._metrics is not None:
             self._metrics.runs.labels(key, "error").inc()
+            self._metrics.show_figures(key, window, None, 0)
         try:
             self._store.log_run(RunRecord(key, at, window, "error", seconds, error=f"{type(exc).__name__}: {exc}"))
         except Exception:  # noqa: BLE001 - the run log is best effort; the failure is already logged
