@@ -3,8 +3,8 @@ seeded by the simulator with planted faults: every page loads without a console 
 to any address but this machine's loopback, its charts carry the values the API holds for the planted data,
 and a deep link restores its view.
 
-Run alone with `scripts/test tests/test_console_browser.py`; set TAILWATCH_SCREENSHOTS=DIR to keep a picture of
-each page there (docs/screenshots holds the ones the README shows)."""
+Run alone with `scripts/test tests/test_console_browser.py`. Each test writes a picture of its page to
+build/screenshots/, or to TAILWATCH_SCREENSHOTS=DIR (docs/screenshots holds the ones the README shows)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from detectors.registry import REGISTRY
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "build" / "screenshots"
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 TOKEN = "console-test-token"
 # Only the passes the seed runs: the scheduler's own would evaluate the empty minutes after the seed.
@@ -96,10 +97,9 @@ class Console:
         )
 
     def shot(self, name: str) -> None:
-        target = os.environ.get("TAILWATCH_SCREENSHOTS")
-        if target:
-            Path(target).mkdir(parents=True, exist_ok=True)
-            self.page.screenshot(path=str(Path(target) / f"{name}.png"), full_page=True)
+        target = Path(os.environ.get("TAILWATCH_SCREENSHOTS") or SCREENSHOTS)
+        target.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(target / f"{name}.png"), full_page=True)
 
     def close(self) -> None:
         assert self.outside == [], f"requests left the host: {self.outside}"
