@@ -299,8 +299,21 @@ class ConsoleQueries(Protocol):
     """What the console reads besides alerts and clusters: detector figures over time, detector health and
     one trace with everything known about it."""
 
-    def figures(self, detector: str, since: datetime, until: datetime, *, limit: int) -> pa.Table:
-        """The figures `detector` stored for the windows ending in (since, until], oldest first."""
+    def figures(
+        self,
+        detector: str,
+        since: datetime,
+        until: datetime,
+        *,
+        limit: int,
+        columns: Sequence[str] = (),
+        where: Mapping[str, str] | None = None,
+        distinct: bool = False,
+    ) -> pa.Table:
+        """The figures `detector` stored for the windows ending in (since, until], oldest first; only `columns`
+        (default all but evaluated_at, and then sorted by them), only rows whose columns equal `where`'s
+        values, each row once with `distinct`. An unknown detector is a KeyError, an unknown column a
+        ValueError."""
         ...
 
     def detector_health(self, as_of: datetime) -> list[DetectorHealth]:

@@ -38,6 +38,7 @@ SECURITY_HEADERS = {
 }
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 FIGURE_ROWS = 200_000
+_FIGURE_PARAMS = frozenset({"from", "to", "limit", "columns", "distinct"})
 DEFAULT_RANGE = timedelta(hours=24)
 RATE_SAMPLE_SECONDS = 5.0
 RATE_SAMPLES = 13  # a minute of samples
@@ -157,18 +158,27 @@ def add_console(
         return response
 
     async def figures(request: web.Request) -> web.Response:
-        """A detector's stored figures for the windows ending in (from, to] (default: the last 24 hours)."""
+        """A detector's stored figures for the windows ending in (from, to] (default: the last 24 hours);
+        `columns=a,b` only those, `distinct=true` each row once, any other parameter a column to match."""
         detector = request.match_info["detector"]
+        text = request.query.get("limit", str(FIGURE_ROWS))
+        if not (text.isascii() and text.isdigit()):
+            return error(400, "bad_request", f"limit must be a whole number, 0 or more (got {text!r})")
+        limit = min(int(text), FIGURE_ROWS)
+        columns = [c for c in request.query.get("columns", "").split(",") if c]
+        where = {k: v for k, v in request.query.items() if k not in _FIGURE_PARAMS}
+        distinct = request.query.get("distinct", "false").lower() in ("true", "1", "yes")
         try:
             since, until = _range(request)
-            limit = min(int(request.query.get("limit", FIGURE_ROWS)), FIGURE_ROWS)
-            table = await asyncio.to_thread(queries.figures, detector, since, until, limit=limit)
-        except ValueError:
-            return error(400, "bad_request", "limit must be an integer")
+            table = await asyncio.to_thread(
+                queries.figures, detector, since, until, limit=limit, columns=columns, where=where, distinct=distinct
+            )
         except QueryError as exc:
             return error(400, exc.code, exc.message)
         except KeyError as exc:
             return error(404, "unknown_detector", str(exc.args[0]))
+        except ValueError as exc:
+            return error(400, "bad_request", str(exc))
         config = None
         with contextlib.suppress(KeyError):  # a table that is not a detector's own (traffic_pattern_labels)
             config = detection.config(detector).model_dump(mode="json") if detection is not None else None

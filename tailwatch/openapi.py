@@ -485,10 +485,21 @@ def _console_paths() -> dict[str, Json]:
                     {"name": "detector", "in": "path", "required": True, "schema": {"type": "string"}},
                     *range_,
                     _query("limit", {"type": "integer", "minimum": 0, "default": 200_000}, "At most 200,000 rows."),
+                    _query(
+                        "columns",
+                        {"type": "string"},
+                        "Comma-separated columns to return, sorted by them in that order (default every one).",
+                    ),
+                    _query("distinct", {"type": "boolean", "default": False}, "Each returned row once."),
                 ],
+                "description": "Any other query parameter names a column of the table and keeps the rows whose "
+                "value (as text) equals it: `?grouping=model&deployment=vllm-a`.",
                 "responses": {
                     "200": _json(_ref("Figures"), "The rows, oldest window first."),
-                    "400": _error("A malformed `from`, `to` or `limit`, or `from` not before `to` (`bad_request`)."),
+                    "400": _error(
+                        "A malformed `from`, `to` or `limit`, `from` not before `to`, or a column the table does not "
+                        "have (`bad_request`)."
+                    ),
                     "404": _error("No detector table of that name (`unknown_detector`)."),
                 },
             }

@@ -86,6 +86,22 @@ def test_figures_are_the_stored_rows_of_the_windows_ending_in_the_range(service:
     assert [r["tpot_p99"] for r in body["rows"]] == [10.0, 11.0, 12.0] and body["truncated"] is True
 
 
+def test_figures_narrow_to_chosen_columns_distinct_rows_and_matching_groups(service: RunningService) -> None:
+    persist_windows(service, [T + timedelta(minutes=5 * i) for i in range(3)])
+    day = "from=2026-11-20T00:00:00Z&to=2026-11-21T00:00:00Z"
+    body = get_json(service, f"/v1/figures/token_latency?{day}&columns=tpot_p99,model")[1]
+    assert body["rows"] == [{"tpot_p99": p, "model": "m"} for p in (10.0, 11.0, 12.0)]
+    body = get_json(service, f"/v1/figures/token_latency?{day}&columns=grouping,model,deployment&distinct=true")[1]
+    assert body["rows"] == [{"grouping": "model", "model": "m", "deployment": "d"}]
+    assert len(get_json(service, f"/v1/figures/token_latency?{day}&model=m&grouping=model")[1]["rows"]) == 3
+    assert get_json(service, f"/v1/figures/token_latency?{day}&model=other")[1]["rows"] == []
+    by_number = get_json(service, f"/v1/figures/token_latency?{day}&n=100")[1]["rows"]
+    assert [r["tpot_p99"] for r in by_number] == [10.0, 11.0, 12.0]  # a number matches as its text
+    status, body = get_json(service, f"/v1/figures/token_latency?{day}&nope=1")
+    assert status == 400 and "'nope'" in body["error"]["message"]
+    assert get_json(service, f"/v1/figures/token_latency?{day}&columns=model;drop")[0] == 400
+
+
 @pytest.mark.parametrize(
     ("path", "status", "code"),
     [
@@ -94,6 +110,7 @@ def test_figures_are_the_stored_rows_of_the_windows_ending_in_the_range(service:
         ("/v1/figures/token_latency?from=yesterday", 400, "bad_request"),
         ("/v1/figures/token_latency?from=2026-11-21T00:00:00Z&to=2026-11-20T00:00:00Z", 400, "bad_request"),
         ("/v1/figures/token_latency?limit=many", 400, "bad_request"),
+        ("/v1/figures/token_latency?limit=-1", 400, "bad_request"),
         ("/v1/traces/not-a-trace", 400, "bad_request"),
         (f"/v1/traces/{'ab' * 16}", 404, "not_found"),
     ],

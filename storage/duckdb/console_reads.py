@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 import pyarrow as pa
@@ -18,30 +19,50 @@ ENGINE_MARGIN = timedelta(minutes=1)
 class DuckDBConsoleQueries:
     def __init__(self, source: DuckDBWindowSource) -> None:
         self._source = source
-        self._tables: frozenset[str] | None = None
+        self._tables: dict[str, tuple[str, ...]] | None = None
 
-    def _figure_tables(self) -> frozenset[str]:
-        # The detectors' tables are the ones their evaluations fill: keyed by window and evaluation time (the
-        # run log is too, but it is read as detector_health). A name is checked against them, never pasted blind.
+    def _figure_tables(self) -> dict[str, tuple[str, ...]]:
+        """Each detector table's columns but evaluated_at. The detectors' tables are the ones their evaluations
+        fill, keyed by window and evaluation time (the run log is too, but it is read as detector_health).
+        Names a caller gives are checked against these, never pasted blind."""
         if self._tables is None:
-            self._tables = frozenset(
-                self._source.arrow(
-                    "SELECT table_name FROM duckdb_columns() WHERE database_name = current_database() "
-                    "AND table_name <> 'detector_runs' AND column_name IN ('window_end', 'evaluated_at') "
-                    "GROUP BY table_name HAVING count(*) = 2"
-                )
-                .column(0)
-                .to_pylist()
-            )
+            rows = self._source.arrow(
+                """
+                SELECT table_name, list(column_name ORDER BY column_index) AS columns
+                FROM duckdb_columns() WHERE database_name = current_database() AND table_name <> 'detector_runs'
+                GROUP BY table_name
+                HAVING list_contains(columns, 'window_end') AND list_contains(columns, 'evaluated_at')
+                """
+            ).to_pylist()
+            self._tables = {r["table_name"]: tuple(c for c in r["columns"] if c != "evaluated_at") for r in rows}
         return self._tables
 
-    def figures(self, detector: str, since: datetime, until: datetime, *, limit: int) -> pa.Table:
-        if detector not in (tables := self._figure_tables()):
+    def figures(
+        self,
+        detector: str,
+        since: datetime,
+        until: datetime,
+        *,
+        limit: int,
+        columns: Sequence[str] = (),
+        where: Mapping[str, str] | None = None,
+        distinct: bool = False,
+    ) -> pa.Table:
+        tables = self._figure_tables()
+        if detector not in tables:
             raise KeyError(f"no figures for {detector!r}; known: {', '.join(sorted(tables))}")
+        known = tables[detector]
+        unknown = [c for c in [*columns, *(where or {})] if c not in known]
+        if unknown:
+            raise ValueError(f"{detector} has no column {unknown[0]!r}; its columns: {', '.join(known)}")
+        chosen = ", ".join(f'"{c}"' for c in columns or known)
+        filters = "".join(f' AND "{c}"::VARCHAR = ?' for c in where or {})
+        # Chosen columns sort by themselves in the order given (window_end first gives a time series).
+        order = "ALL" if columns else "window_end, window_start"
         return self._source.arrow(
-            f'SELECT * EXCLUDE (evaluated_at) FROM "{detector}" WHERE window_end > ? AND window_end <= ? '
-            "ORDER BY window_end, window_start LIMIT ?",
-            [since, until, int(limit)],
+            f'SELECT {"DISTINCT " if distinct else ""}{chosen} FROM "{detector}" '
+            f"WHERE window_end > ? AND window_end <= ?{filters} ORDER BY {order} LIMIT ?",
+            [since, until, *(where or {}).values(), int(limit)],
         )
 
     def detector_health(self, as_of: datetime) -> list[DetectorHealth]:

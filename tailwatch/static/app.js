@@ -52,7 +52,9 @@ async function api(path) {
   return body;
 }
 
-const figures = (detector, from, to) => api(`/v1/figures/${detector}?from=${iso(from)}&to=${iso(to)}`);
+// A detector's figures over a range; `query` narrows them on the server (columns, distinct, column=value).
+const figures = (detector, from, to, query = {}) =>
+  api(`/v1/figures/${detector}?${new URLSearchParams({ from: iso(from), to: iso(to), ...query })}`);
 
 // ---- small DOM helpers -------------------------------------------------------------------------
 
@@ -187,13 +189,18 @@ async function overview(r) {
 }
 
 async function tokens(r, params) {
-  const body = await figures('token_latency', r.from, r.to);
-  const rows = body.rows;
+  // A day of every tenant's windows is tens of thousands of rows: list the groups, then fetch only the chosen one.
+  const listed = (await figures('token_latency', r.from, r.to, { columns: 'grouping,model,deployment,tenant_id', distinct: 'true' })).rows;
   const groupOf = (x) => x.grouping === 'tenant' ? `${x.model} · ${x.deployment} · tenant ${x.tenant_id}` : `${x.model} · ${x.deployment}`;
-  const groups = [...new Set(rows.filter((x) => x.grouping !== 'tenant').map(groupOf)),
-    ...new Set(rows.filter((x) => x.grouping === 'tenant').map(groupOf))];
+  const ordered = [...listed.filter((x) => x.grouping !== 'tenant'), ...listed.filter((x) => x.grouping === 'tenant')];
+  const groups = ordered.map(groupOf);
   const group = groups.includes(params.get('group')) ? params.get('group') : groups[0];
-  const mine = rows.filter((x) => groupOf(x) === group);
+  const chosen = ordered[groups.indexOf(group)];
+  const body = chosen
+    ? await figures('token_latency', r.from, r.to, Object.fromEntries(
+      ['grouping', 'model', 'deployment', 'tenant_id'].filter((k) => chosen[k] !== null).map((k) => [k, chosen[k]])))
+    : { rows: [], config: null };
+  const mine = body.rows.filter((x) => groupOf(x) === group);
   const ratio = body.config ? body.config.ratio_threshold : 2;
   const chart = timeChart('tpot', `p99 time per output token, ${group || 'no group'}: the band runs from the 24-hour baseline p99 to ${ratio}× it (the alert threshold)`, {
     from: r.from, to: r.to, unit: 'ms',
@@ -217,7 +224,9 @@ async function tokens(r, params) {
 }
 
 async function tenants(r, params) {
-  const rows = uniq((await figures('tenant_fairness', r.from, r.to)).rows, (x) => `${x.window_end}|${x.tenant_id}`);
+  // Its rows repeat per score: ask only for the latency columns, each row once.
+  const rows = (await figures('tenant_fairness', r.from, r.to, { distinct: 'true',
+    columns: 'window_end,tenant_id,n,latency_p99,ttft_p99,aggregate_p99,aggregate_ttft_p99,jain_index' })).rows;
   const byTenant = new Map();
   for (const x of rows) (byTenant.get(x.tenant_id) || byTenant.set(x.tenant_id, []).get(x.tenant_id)).push(x);
   const names = [...byTenant.keys()].sort((a, b) => byTenant.get(b).reduce((s, x) => s + x.n, 0) - byTenant.get(a).reduce((s, x) => s + x.n, 0));
