@@ -64,7 +64,7 @@ def fetch_seconds(base: str, paths: list[str]) -> float:
     return time.perf_counter() - t
 
 
-def api_paths(view: str, trace: str) -> list[str]:
+def api_paths(view: str, trace: str, first_group: str) -> list[str]:
     """What each view asks the API for over the default range (the last 24 hours), in the same order."""
     now = datetime.now(UTC).replace(tzinfo=None)
     day = f"from={now - timedelta(hours=24):%Y-%m-%dT%H:%M:%SZ}&to={now:%Y-%m-%dT%H:%M:%SZ}"
@@ -72,9 +72,11 @@ def api_paths(view: str, trace: str) -> list[str]:
     if view == "overview":
         return ["/v1/alerts?state=firing&limit=200", "/v1/alerts?limit=200", "/v1/clusters?limit=200", "/v1/status"]
     if view == "tokens":
-        return [f"/v1/figures/token_latency?{day}"]
+        listing = f"/v1/figures/token_latency?{day}&columns=grouping,model,deployment,tenant_id&distinct=true"
+        return [listing, f"/v1/figures/token_latency?{day}&{first_group}"]
     if view == "tenants":
-        return [f"/v1/figures/tenant_fairness?{day}"]
+        columns = "window_end,tenant_id,n,latency_p99,ttft_p99,aggregate_p99,aggregate_ttft_p99,jain_index"
+        return [f"/v1/figures/tenant_fairness?{day}&distinct=true&columns={columns}"]
     if view.startswith("request"):
         return [trace]
     names = ["cache_curve", "saturation", "traffic_pattern", "replica_skew", "quantization_delta", "context_length"]
@@ -106,6 +108,8 @@ def main() -> None:
         at = datetime.fromisoformat(end_time.rstrip("Z"))
         bound = f"from={at - timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}&to={at + timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}"
         trace = f"/v1/traces/{trace_id}?{bound}"
+        # The per-token page's first group, which it opens on: the first model-level one.
+        first_group = "grouping=model&model=llama-3.1-8b&deployment=vllm-a"
         fragments = {v: v for v in VIEWS} | {"request": f"request?trace={trace_id}&at={end_time}"}
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=args.chromium, args=["--no-sandbox"])
@@ -118,7 +122,7 @@ def main() -> None:
                     page.goto(f"{base}/#/{fragments[view]}")  # the default range: the last 24 hours
                     page.wait_for_selector("body[data-rendered='1']", timeout=60_000)
                     draws.append(time.perf_counter() - t)
-                    apis.append(fetch_seconds(base, api_paths(view, trace)))
+                    apis.append(fetch_seconds(base, api_paths(view, trace, first_group)))
                 drawn, api = statistics.median(draws), statistics.median(apis)
                 results[view] = {
                     "render_seconds_median": round(drawn, 3),
