@@ -263,8 +263,10 @@ def test_a_deep_link_restores_the_view_range_selection_and_refresh(console: Cons
     page.select_option("#range", "1h")
     console.rendered()
     assert "range=1h" in page.url and "tenant=smallco" in page.url
-    page.goto(page.url.replace("tenants", "curves"))
+    # Another page keeps the range and the refresh, not the tenant.
+    page.click("nav a[data-view='curves']")
     assert console.rendered().eval_on_selector("nav a.active", "a => a.dataset.view") == "curves"
+    assert page.url.endswith("#/curves?range=1h&refresh=60"), page.url
 
 
 def test_the_console_forbids_loading_anything_from_elsewhere(seeded: tuple[RunningService, datetime]) -> None:

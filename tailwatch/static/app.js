@@ -420,7 +420,12 @@ async function render() {
   const { view: name, params } = state();
   const r = range(params);
   syncControls(params, r);
-  document.querySelectorAll('nav a').forEach((a) => a.classList.toggle('active', a.dataset.view === name));
+  // Moving to another page keeps the range and the refresh; the page's own selections stay behind.
+  const common = new URLSearchParams([...params].filter(([k]) => ['range', 'from', 'to', 'refresh'].includes(k)));
+  document.querySelectorAll('nav a').forEach((a) => {
+    a.classList.toggle('active', a.dataset.view === name);
+    a.setAttribute('href', `#/${a.dataset.view}?${common}`);
+  });
   document.body.dataset.rendered = '';
   const started = performance.now();
   const fn = VIEWS[name] || overview;
