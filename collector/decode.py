@@ -27,7 +27,7 @@ from collector.anyvalue import attributes_dict
 from collector.decode_metrics import metric_points, parse_metrics
 from collector.engine_names import EngineNames
 from collector.errors import MalformedPayload
-from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_KINDS, STATUS_CODES
+from collector.model import MAX_TIME_NS, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_KINDS, STATUS_CODES
 from collector.normalize import FIELDS, NormalizeConfig, Plan, SpanBatch, build_plan, first_token_ms, normalize_batch
 from collector.reasons import LogRejectReason, MetricUnjoined, Rejections, SpanRejectReason
 from collector.scores import EVALUATION_EVENT, Score, from_evaluation, from_span_attributes
@@ -195,6 +195,9 @@ def _spans(request: Any, plan: Plan) -> Decoded:
                 if start == 0:
                     rejections.add(SpanRejectReason.MISSING_START_TIME, "start_time_unix_nano is 0")
                     continue
+                if start > MAX_TIME_NS or end > MAX_TIME_NS:
+                    rejections.add(SpanRejectReason.INVALID_TIME, "span times must be below 2^63 ns")
+                    continue
                 if end < start:
                     rejections.add(
                         SpanRejectReason.END_BEFORE_START,
@@ -219,7 +222,9 @@ def _spans(request: Any, plan: Plan) -> Decoded:
                 if events is not None:
                     for event_name, event_time, event_attrs in events:
                         if event_name == EVALUATION_EVENT:
-                            score = from_evaluation(event_attrs, trace_hex, span_hex, "event", event_time or end)
+                            # An event time storage cannot hold is as good as none: the score is the span's.
+                            at = event_time if 0 < event_time <= MAX_TIME_NS else end
+                            score = from_evaluation(event_attrs, trace_hex, span_hex, "event", at)
                             if score is not None:
                                 scores.append(score)
 
@@ -325,6 +330,9 @@ def decode_logs(payload: bytes, encoding: Encoding) -> Decoded:
                     )
                     continue
                 observed = record.time_unix_nano or record.observed_time_unix_nano
+                if observed > MAX_TIME_NS:
+                    rejections.add(LogRejectReason.INVALID_TIME, "an evaluation record's time must be below 2^63 ns")
+                    continue
                 score = from_evaluation(attrs, tid.hex(), sid.hex(), "log", observed)
                 if score is None:
                     rejections.add(LogRejectReason.INVALID_EVALUATION, "gen_ai.evaluation.name is required")

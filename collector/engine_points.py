@@ -17,12 +17,9 @@ import orjson
 import pyarrow as pa
 
 from collector.engine_names import EngineNames, Kind
-from collector.model import ENGINE_METRIC_BATCH_SCHEMA
+from collector.model import ENGINE_METRIC_BATCH_SCHEMA, MAX_TIME_NS
 from collector.normalize import Plan, resolve
 from collector.reasons import MetricRejectReason, MetricUnjoined, Rejections
-
-# Storage holds signed 64-bit nanoseconds: a uint64 time at or past 2^63 has no timestamp.
-MAX_TIME_NS = (1 << 63) - 1
 
 
 class Temporality:

@@ -14,6 +14,10 @@ from enum import StrEnum
 
 import pyarrow as pa
 
+# Storage holds signed 64-bit nanoseconds: a uint64 time at or past 2^63 (valid OTLP, one flipped bit from a real
+# timestamp) has no timestamp, so the item carrying it is rejected alone.
+MAX_TIME_NS = (1 << 63) - 1
+
 SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS_CODES = ("UNSET", "OK", "ERROR")
 

@@ -10,6 +10,7 @@ Derived fields (tpot_ms, cache_hit_ratio, e2e_ms, is_llm, llm_role) follow docum
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,23 +33,26 @@ Converter = Callable[[Any], Any]
 
 
 def parse_number(value: Any) -> float | None:
-    """A number, or a numeric string, as float; anything else (booleans included) is None."""
+    """A finite number, or a numeric string, as float; anything else (booleans, NaN, infinities) is None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+        number = float(value)
+    elif isinstance(value, str):
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             return None
-    return None
+    else:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _scaled(factor: float) -> Converter:
     def convert(value: Any) -> float | None:
         number = parse_number(value)
-        return None if number is None else number * factor
+        scaled = None if number is None else number * factor
+        return scaled if scaled is not None and math.isfinite(scaled) else None
 
     return convert
 
@@ -57,9 +61,12 @@ SECONDS = _scaled(1000.0)
 MILLISECONDS = _scaled(1.0)
 
 
+_MAX_COUNT = float(2**63 - 1024)  # the largest float below int64's limit
+
+
 def _count(value: Any) -> int | None:
     number = parse_number(value)
-    return None if number is None or number < 0 else int(number)
+    return None if number is None or number < 0 or number > _MAX_COUNT else int(number)
 
 
 def _text(value: Any) -> str | None:
@@ -346,7 +353,9 @@ def _column(values: list[Any], convert: Converter) -> pa.Array:
         if convert is SECONDS or convert is MILLISECONDS:
             if kinds <= _KINDS_FLOAT:
                 arr = pa.array(values, pa.float64())
-                return pc.multiply(arr, 1000.0) if convert is SECONDS else arr
+                arr = pc.multiply(arr, 1000.0) if convert is SECONDS else arr
+                # NaN and infinities (and seconds too large for milliseconds) are no value, as in parse_number.
+                return pc.if_else(pc.is_finite(arr), arr, pa.scalar(None, pa.float64()))
         elif convert is _count:
             if kinds <= _KINDS_INT:
                 arr = pa.array(values, pa.int64())

@@ -18,6 +18,8 @@ class SpanRejectReason(StrEnum):
     """start_time_unix_nano is 0: the span cannot be placed in any window."""
     END_BEFORE_START = "end_before_start"
     """end_time_unix_nano is earlier than start_time_unix_nano."""
+    INVALID_TIME = "invalid_time"
+    """start_time_unix_nano or end_time_unix_nano is at or beyond 2^63 ns, past any timestamp storage holds."""
 
 
 class RequestRefusal(StrEnum):
@@ -42,6 +44,8 @@ class LogRejectReason(StrEnum):
     """A gen_ai.evaluation.result record without a valid trace_id and span_id cannot be joined to a span."""
     INVALID_EVALUATION = "invalid_evaluation"
     """A gen_ai.evaluation.result record without gen_ai.evaluation.name."""
+    INVALID_TIME = "invalid_time"
+    """An evaluation record whose time_unix_nano (or observed_time_unix_nano) is at or beyond 2^63 ns."""
 
 
 class MetricRejectReason(StrEnum):

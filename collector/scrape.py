@@ -32,8 +32,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.decode import Decoded, Signal, score_table
 from collector.engine_names import EngineNames, Kind
-from collector.engine_points import MAX_TIME_NS, Origin, Point, PointColumns, Temporality
+from collector.engine_points import Origin, Point, PointColumns, Temporality
 from collector.metrics import IngestMetrics
+from collector.model import MAX_TIME_NS
 from collector.normalize import Plan
 from storage.ports import ScrapeHealth, SpanSink, TargetHealth
 

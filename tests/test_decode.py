@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 
 import pytest
 from builders import T0, kvs, request, span
@@ -74,6 +75,10 @@ def test_valid_span_becomes_one_row_with_canonical_columns() -> None:
         ({"parent_span_id": b"\x01" * 3}, SpanRejectReason.INVALID_PARENT_SPAN_ID, "received 24 bits"),
         ({"start": 0, "end": 5}, SpanRejectReason.MISSING_START_TIME, "is 0"),
         ({"start": T0, "end": T0 - 10}, SpanRejectReason.END_BEFORE_START, "10 ns before"),
+        # uint64 times storage cannot hold: one flipped bit away from a real timestamp.
+        ({"start": T0 | 1 << 63, "end": T0 | 1 << 63}, SpanRejectReason.INVALID_TIME, "below 2^63"),
+        ({"start": T0, "end": T0 | 1 << 63}, SpanRejectReason.INVALID_TIME, "below 2^63"),
+        ({"start": 2**64 - 1, "end": 2**64 - 1}, SpanRejectReason.INVALID_TIME, "below 2^63"),
     ],
 )
 def test_invalid_span_is_rejected_by_reason_and_the_rest_kept(
@@ -84,6 +89,30 @@ def test_invalid_span_is_rejected_by_reason_and_the_rest_kept(
     assert dict(out.rejections.counts) == {reason: 1}
     message = out.rejections.message()
     assert reason.value in message and explanation in message
+
+
+def test_the_last_representable_time_is_kept_and_the_next_one_rejected() -> None:
+    last = 2**63 - 1
+    out = decode(request([span(start=last - 5, end=last), span(start=last - 5, end=last + 1)]).SerializeToString())
+    assert out.spans.num_rows == 1 and dict(out.rejections.counts) == {SpanRejectReason.INVALID_TIME: 1}
+
+
+def test_a_json_span_at_2_to_the_63_ns_is_rejected_alone() -> None:
+    out = decode(_json_body(startTimeUnixNano=str(2**63), endTimeUnixNano=str(2**63 + 5)), Encoding.JSON)
+    assert out.spans.num_rows == 0 and dict(out.rejections.counts) == {SpanRejectReason.INVALID_TIME: 1}
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e300, "nan", "1e400", 2**62 * 4.0])
+def test_a_token_count_or_latency_no_number_can_hold_is_no_value_and_the_span_is_kept(value: object) -> None:
+    attrs = {"gen_ai.request.model": "m", "gen_ai.usage.input_tokens": value, "gen_ai.usage.output_tokens": value,
+             "gen_ai.latency.time_to_first_token": value, "gen_ai.server.time_per_output_token": value}  # fmt: skip
+    out = decode(request([span(), span(attributes=attrs)]).SerializeToString())
+    assert out.spans.num_rows == 2 and out.rejections.total == 0
+    row = out.spans.to_pylist()[1]
+    assert (row["model"], row["input_tokens"], row["output_tokens"]) == ("m", None, None)
+    # A latency is a float: a huge finite one is kept (SQL can see it is absurd), never NaN or infinite.
+    assert all(v is None or math.isfinite(v) for v in (row["ttft_ms"], row["tpot_ms"], row["e2e_ms"]))
+    assert "gen_ai.usage.input_tokens" in json.loads(row["attributes"])  # the value itself stays for SQL
 
 
 def test_empty_request_decodes_to_nothing() -> None:
@@ -204,6 +233,23 @@ def test_an_evaluation_log_record_without_a_valid_span_context_is_rejected(conte
     out = decode_logs(logs_request(evaluation("relevance", 0.5, **context)), Encoding.PROTOBUF)
     assert out.scores.num_rows == 0
     assert dict(out.rejections.counts) == {LogRejectReason.MISSING_SPAN_CONTEXT: 1}
+
+
+def test_an_evaluation_log_record_at_2_to_the_63_ns_is_rejected_alone() -> None:
+    late = evaluation("relevance", 0.5)
+    late.time_unix_nano = 2**63
+    out = decode_logs(logs_request(late, evaluation("toxicity", 0.2)), Encoding.PROTOBUF)
+    assert out.scores.column("name").to_pylist() == ["toxicity"]
+    assert dict(out.rejections.counts) == {LogRejectReason.INVALID_TIME: 1}
+
+
+def test_an_evaluation_event_at_2_to_the_63_ns_scores_at_the_spans_end() -> None:
+    s = span(duration_ns=1_000)
+    event = s.events.add(name="gen_ai.evaluation.result", time_unix_nano=2**63)
+    event.attributes.extend(kvs({"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": 0.5}))
+    out = decode(request([s]).SerializeToString())
+    assert out.scores.num_rows == 1 and out.rejections.total == 0
+    assert out.scores.column("observed_at").cast("int64").to_pylist() == [T0 + 1_000]
 
 
 def test_a_rejected_log_record_does_not_stop_the_records_after_it_in_its_scope() -> None:

@@ -131,3 +131,14 @@ def test_decoder_worker_processes_store_the_same_rows(db_path, workers: int) -> 
         response, err = raw_export(svc.grpc_target, request(spans).SerializeToString(), timeout=60)
         assert err is None and response is not None
         assert svc.rows("SELECT count(*), count(DISTINCT span_id) FROM spans") == [(50, 50)]
+
+
+def test_a_span_at_2_to_the_63_ns_is_a_partial_success_not_a_retry(service: RunningService) -> None:
+    """The span storage cannot place is rejected alone: an UNAVAILABLE answer would have the exporter resend the
+    good spans with it forever."""
+    spans = [span(), span(start=2**63, end=2**63 + 5), span(attributes={"gen_ai.usage.input_tokens": float("inf")})]
+    response, err = raw_export(service.grpc_target, request(spans).SerializeToString())
+    assert err is None and response is not None
+    assert response.partial_success.rejected_spans == 1
+    assert "invalid_time" in response.partial_success.error_message
+    assert service.rows("SELECT count(*), count(input_tokens) FROM spans") == [(2, 0)]

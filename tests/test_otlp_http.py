@@ -74,6 +74,36 @@ def test_json_body_from_a_plain_http_client_lands_and_gets_a_json_answer(service
     assert rows == [("5b8efff798038103d269b633813fc60c", f"{i + 1:016x}", "812") for i in range(3)]
 
 
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_a_span_at_2_to_the_63_ns_or_with_a_nan_token_count_loses_nothing_else(
+    service: RunningService, encoding: str
+) -> None:
+    """Valid OTLP at the edges of its types: the bad span is rejected alone (not the whole request refused as
+    retryable, which an exporter would resend forever), the NaN count is no value, every good span is stored."""
+    spans = [
+        span(),
+        span(start=2**63, end=2**63 + 5),
+        span(attributes={"gen_ai.request.model": "m", "gen_ai.usage.output_tokens": float("nan")}),
+    ]
+    body, content_type = request(spans).SerializeToString(), PROTOBUF
+    if encoding == "json":
+        edge = json.loads(json_request(3))
+        good, late, nan = edge["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        late["startTimeUnixNano"], late["endTimeUnixNano"] = str(2**63), str(2**63 + 5)
+        # JSON has no NaN: a string that parses to one is the edge an OTLP/JSON sender can reach.
+        nan["attributes"] = [
+            {"key": "gen_ai.request.model", "value": {"stringValue": "m"}},
+            {"key": "gen_ai.usage.output_tokens", "value": {"stringValue": "NaN"}},
+        ]
+        good["attributes"] = []
+        body, content_type = json.dumps(edge).encode(), "application/json"
+    status, _, answer = post(f"{service.http_url}/v1/traces", body, content_type)
+    assert status == 200, answer
+    text = answer.decode() if encoding == "json" else str(ExportTraceServiceResponse.FromString(answer))
+    assert "invalid_time" in text
+    assert service.rows("SELECT count(*), count(output_tokens), count(model) FROM spans") == [(2, 0, 1)]
+
+
 def test_gzip_protobuf_body_lands_and_gets_a_protobuf_answer(service: RunningService) -> None:
     payload = gzip.compress(request([span() for _ in range(4)]).SerializeToString())
     status, headers, body = post(f"{service.http_url}/v1/traces", payload, PROTOBUF, **{"Content-Encoding": "gzip"})
