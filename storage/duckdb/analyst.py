@@ -1,9 +1,14 @@
 """Analyst SQL: read-only by construction, time-limited, row-capped.
 
-Three layers, none of them a pattern match on the SQL text:
+Four layers, none of them a pattern match on the SQL text:
 - the database refuses file and network access and further configuration changes for every
   connection once `lock_down` has run (`enable_external_access`, `lock_configuration`): no
   `read_text('/etc/...')`, `COPY ... TO`, `ATTACH 'file'`, `INSTALL`/`LOAD`, `SET`;
+- that leaves the database's own files readable (DuckDB allows them): `read_blob` on the database or
+  its WAL would hand out raw bytes, rows retention deleted among them. So no statement may call a
+  function that reaches files, the network, secrets or the service's state, or that runs SQL given as
+  text (REFUSED_FUNCTIONS); calls are found on DuckDB's own tokens, so a name in a string or a comment
+  is not a call, and a quoted or qualified name still is;
 - every analyst statement runs inside `BEGIN TRANSACTION READ ONLY`, so DuckDB itself refuses any
   write to the database, however it is phrased;
 - DuckDB's own parser must find exactly one statement, of a reading type, so transaction control
@@ -16,6 +21,8 @@ the cap, not the table.
 
 from __future__ import annotations
 
+import itertools
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -32,6 +39,17 @@ from storage.export import check_export
 from storage.ports import Params, QueryError, QueryResult
 
 READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+# Every table or scalar function of the engine is either here or reviewed as harmless
+# (tests/test_sql_walls.py enumerates them and fails on a new one that is neither).
+REFUSED_FUNCTIONS = re.compile(
+    r"read_\w+|\w+_scan\w*|parquet_\w+|sniff_csv|glob"  # files, whatever their path
+    r"|query|query_table|json_execute_serialized_sql"  # SQL given as text escapes every check here
+    r"|\w*secret\w*|getenv|duckdb_extensions|duckdb_extension_repositories|duckdb_temporary_files"
+    r"|duckdb_external_file_cache|\w*external_resource\w*|python_\w+"
+    r"|checkpoint|force_checkpoint|\w+_logging|truncate_duckdb_logs|duckdb_logs\w*|duckdb_log_contexts|write_log"
+    r"|\w+_profiling"  # the service's state and logs
+)
+_NAMES = (duckdb.token_type.identifier, duckdb.token_type.keyword)
 _BATCH_ROWS = 8192
 
 
@@ -136,6 +154,26 @@ def _check(cur: duckdb.DuckDBPyConnection, sql: str) -> None:
     if kind not in READING:
         name = kind.name if hasattr(kind, "name") else str(kind)
         raise QueryError("read_only", f"only SELECT (and EXPLAIN) statements are allowed here; this is {name}")
+    if (called := refused_call(sql)) is not None:
+        raise QueryError(
+            "forbidden",
+            f"{called}() reaches files, the network, secrets or the service's state, or runs SQL given as text: "
+            "the SQL endpoint refuses it (query the tables and views instead)",
+        )
+
+
+def refused_call(sql: str) -> str | None:
+    """The first function the statement calls that REFUSED_FUNCTIONS names, or None."""
+    tokens = duckdb.tokenize(sql)
+    # Each token's text runs to the next token; a comment between a name and its "(" is still a call.
+    spans = [(start, end, kind) for (start, kind), (end, _) in itertools.pairwise([*tokens, (len(sql), None)])]
+    code = [t for t in spans if t[2] != duckdb.token_type.comment]
+    for (start, end, kind), (following, _, _) in itertools.pairwise(code):
+        if kind in _NAMES and sql[following] == "(":
+            name = sql[start:end].strip().strip('"').lower()
+            if REFUSED_FUNCTIONS.fullmatch(name):
+                return name
+    return None
 
 
 def _params(params: Params) -> Any:
