@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from storage.duckdb.database import DamagedDatabase, held_by_another_process
 from tailwatch import __version__
 from tailwatch.settings import CONFIG_ENV, Settings, SettingsError, load_settings
 
@@ -335,8 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         print(f"tailwatch: {exc.args[0]}", file=sys.stderr)
         return 2
+    except DamagedDatabase as exc:
+        print(f"tailwatch: {exc}", file=sys.stderr)
+        return 4
     except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
+        if held_by_another_process(exc):
             db = getattr(args, "db", None) or os.environ.get("TAILWATCH_DB") or "the database"
             print(
                 f"tailwatch: {db} is held by another process (is a `tailwatch serve` running on it?); "

@@ -34,6 +34,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from storage.duckdb.database import held_by_another_process
 from storage.duckdb.export import DATASET_SQL
 from storage.export import check_export
 from storage.ports import Params, QueryError, QueryResult
@@ -224,7 +225,7 @@ def held(path: Path) -> bool:
     try:
         duckdb.connect(str(path), read_only=True).close()
     except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
+        if held_by_another_process(exc):
             return True
         raise
     return False
