@@ -63,7 +63,8 @@ class Service:
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        # A full disk refuses every span: a load balancer should send them to a replica that can store them.
+        return self._ready and not (self._storage is not None and self._storage.writer.disk.full)
 
     @property
     def storage(self) -> DuckDBStorage:
@@ -112,7 +113,7 @@ class Service:
         self.detection = detection_pass(s, storage, sink=self._notifier, registry=self.registry)
         app = api_app(
             self.registry,
-            lambda: self._ready,
+            lambda: self.ready,
             storage.alert_queries,
             self.detection,
             analyst=storage.analyst,

@@ -8,6 +8,7 @@ receiver answers 'retry later' instead of growing memory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import duckdb
@@ -22,6 +24,7 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage.dedup import RecentSpans, first_occurrences, span_keys
+from storage.duckdb.space import DiskSpace
 from storage.ports import WriteResult
 
 log = logging.getLogger(__name__)
@@ -80,6 +83,11 @@ class WriterMetrics:
             "When the writer last committed a group (Unix time): stale while spans are queued means it is stuck.",
             registry=registry,
         )
+        self.storage_full = Gauge(
+            "tailwatch_storage_full",
+            "1 while the database's filesystem is full: commits fail and spans are refused as retryable.",
+            registry=registry,
+        )
         self.dedup_seconds = Gauge(
             "tailwatch_dedup_window_seconds",
             "How far back retried spans are currently recognised as duplicates.",
@@ -110,6 +118,12 @@ class Writer:
         self._queued_rows = 0  # released only after commit, so the bound covers the batch being written
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="tailwatch-writer", daemon=True)
+        [(path,)] = con.execute(
+            "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchall()
+        self.disk = DiskSpace(Path(path).parent if path else None)
+        if metrics is not None:
+            self.disk.changed = lambda full: metrics.storage_full.set(1 if full else 0)
 
     def start(self) -> None:
         """Rebuild the duplicate window from the newest stored spans, then start the writer thread."""
@@ -191,13 +205,15 @@ class Writer:
             points = pa.concat_tables(metric_tables) if metric_tables else None
             stored_scores = self._insert(batch, scores, points, now)
         except Exception as exc:  # the batch is retried by the clients; the writer must keep running
-            log.exception("group commit of %d spans failed; rolled back", rows)
+            if not self.disk.failed(exc):
+                log.exception("group commit of %d spans failed; rolled back", rows)
             if self._metrics:
                 self._metrics.commit_failures.inc()
             for item in items:
                 item.future.set_exception(exc)
         else:
             self._recent.add([k for k, kept in zip(keys, keep, strict=True) if kept], now)
+            self.disk.committed()
             # Counted before anyone is told: a client that saw its spans acknowledged sees them counted.
             if self._metrics:
                 stored_spans = batch.num_rows if batch is not None else 0
@@ -245,7 +261,7 @@ class Writer:
                 _insert_as(con, "engine_metrics", _METRICS_VIEW, points, ingested_at)
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
         finally:
             con.unregister(_BATCH_VIEW)
@@ -260,7 +276,7 @@ class Writer:
             result = job.fn(con)
             con.execute("COMMIT")
         except Exception as exc:  # a failing job must not take the writer down with it
-            con.execute("ROLLBACK")
+            _rollback(con)
             log.exception("writer job %s failed", getattr(job.fn, "__name__", job.fn))
             job.future.set_exception(exc)
         else:
@@ -269,6 +285,12 @@ class Writer:
     def _set_queue_gauge(self) -> None:
         if self._metrics:
             self._metrics.queued_rows.set(self._queued_rows)
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    # A COMMIT that failed (a full disk) has already ended the transaction.
+    with contextlib.suppress(duckdb.TransactionException):
+        con.execute("ROLLBACK")
 
 
 def _insert_as(con: duckdb.DuckDBPyConnection, table: str, view: str, batch: pa.Table, ingested_at: datetime) -> None:

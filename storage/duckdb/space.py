@@ -1,0 +1,63 @@
+"""Running out of disk: noticed on the commit that fails for it, told once, and over when space returns."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# DuckDB reports a full filesystem with the OS's words (ENOSPC).
+NO_SPACE = "no space left on device"
+# Free space beyond what was left at the failure before the store counts as writable again: enough for a
+# group commit and a WAL checkpoint's first blocks, so readiness does not flap on a few freed kilobytes.
+RESUME_MARGIN = 16 * 1024 * 1024
+
+
+def _free(directory: Path) -> int:
+    return shutil.disk_usage(directory).free
+
+
+class DiskSpace:
+    """Whether the database's filesystem is full. The writer reports each commit; readiness asks `full`."""
+
+    def __init__(self, directory: Path | None, free: Callable[[Path], int] = _free) -> None:
+        self._directory = directory  # None for an in-memory database
+        self._free = free
+        self._full = False
+        self._free_then = 0
+        self.changed: Callable[[bool], None] = lambda full: None
+
+    def failed(self, error: BaseException) -> bool:
+        """A commit failed: True when for lack of space (told once, however many commits fail)."""
+        if NO_SPACE not in str(error).lower():
+            return False
+        if not self._full:
+            self._free_then = self._free(self._directory) if self._directory else 0
+            self._set(True)
+            log.error(
+                "the filesystem of the database (%s) is full: spans are refused as retryable (503 / UNAVAILABLE, "
+                "nothing acknowledged is lost) and /readyz answers 503 until space returns; free space there, "
+                "or lower storage.retention_hours",
+                self._directory,
+            )
+        return True
+
+    def committed(self) -> None:
+        if self._full:
+            self._set(False)
+            log.warning("the database's filesystem has space again: writing resumed")
+
+    @property
+    def full(self) -> bool:
+        if self._full and self._directory is not None and self._free(self._directory) > self._free_then + RESUME_MARGIN:
+            # Space came back while nothing was sent (a load balancer stops sending to an unready target).
+            self._set(False)
+            log.warning("the database's filesystem has space again: ready to write")
+        return self._full
+
+    def _set(self, full: bool) -> None:
+        self._full = full
+        self.changed(full)

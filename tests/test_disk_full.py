@@ -1,0 +1,91 @@
+"""The database on a small filesystem that fills (a tmpfs the test mounts): the service refuses spans as retryable,
+keeps every acknowledged span and nothing else, tells the operator once (log, /readyz, a metric), and takes
+spans again when space returns, without a restart."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from builders import request, span
+from conftest import RunningService, service_settings
+from receivers import require_or_skip
+
+PROTOBUF = "application/x-protobuf"
+BATCH = 500
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        require_or_skip(f"cannot mount a tmpfs (needs root): {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def post(svc: RunningService, body: bytes) -> tuple[int, str | None]:
+    req = urllib.request.Request(f"{svc.http_url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.headers.get("Retry-After")
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers.get("Retry-After")
+
+
+def ready(svc: RunningService) -> int:
+    try:
+        with urllib.request.urlopen(f"{svc.api_url}/readyz", timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def batch(i: int) -> bytes:
+    # Distinct, hardly compressible attributes: the disk fills in a few dozen batches.
+    return request(
+        [span(attributes={"gen_ai.request.model": "m", "payload": f"{i}-{j}-" + "q" * 1500}) for j in range(BATCH)]
+    ).SerializeToString()
+
+
+def test_a_full_disk_refuses_as_retryable_loses_nothing_tells_once_and_recovers(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING),
+        RunningService(service_settings(small_disk / "tailwatch.duckdb", ingest={"decode_workers": 0})) as svc,
+    ):
+        acked, answers, i = 0, [], 0
+        while i < 200 and not any(status != 200 for status, _ in answers[-3:]):
+            answers.append(post(svc, batch(i)))
+            acked += BATCH if answers[-1][0] == 200 else 0
+            i += 1
+        assert acked > 0 and answers[-1] == (503, "1"), answers[-3:]  # UNAVAILABLE with a retry hint
+        for _ in range(3):  # more refusals while full: still retryable, told no more
+            assert post(svc, batch(i))[0] == 503
+            i += 1
+        assert ready(svc) == 503
+        assert svc.metric("tailwatch_storage_full") == 1
+        told = [r for r in caplog.records if "is full" in r.getMessage()]
+        assert len(told) == 1 and told[0].levelno == logging.ERROR
+        assert not [r for r in caplog.records if r.exc_info or "cannot rollback" in r.getMessage()]
+        assert svc.rows("SELECT count(*) FROM spans") == [(acked,)]  # every acknowledged span, nothing more
+
+        # Space returns (the filesystem grows): ready again before anything is sent, then spans are stored.
+        subprocess.run(["mount", "-o", "remount,size=96m", str(small_disk)], check=True)
+        assert ready(svc) == 200
+        assert svc.metric("tailwatch_storage_full") == 0
+        assert post(svc, batch(i)) == (200, None)
+        assert svc.rows("SELECT count(*) FROM spans") == [(acked + BATCH,)]
+        assert any("space again" in r.getMessage() for r in caplog.records)
