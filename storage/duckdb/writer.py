@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage.dedup import RecentSpans, first_occurrences, span_keys
@@ -127,7 +128,7 @@ class Writer:
 
     def start(self) -> None:
         """Rebuild the duplicate window from the newest stored spans, then start the writer thread."""
-        keys, since = _recent_keys(self._con, self._recent.window_seconds)
+        keys, since = _recent_keys(self._con, self._recent.window_seconds, self._recent.max_spans)
         self._recent.add(keys, self._clock(), since)
         self._thread.start()
 
@@ -323,18 +324,24 @@ def _timestamp(epoch_seconds: float) -> datetime:
     return datetime.fromtimestamp(epoch_seconds, UTC).replace(tzinfo=None)
 
 
-def _recent_keys(con: duckdb.DuckDBPyConnection, window_seconds: float) -> tuple[list[int], float | None]:
-    """Keys of the spans stored in the last window before the newest one, and that window's start."""
+def _recent_keys(
+    con: duckdb.DuckDBPyConnection, window_seconds: float, max_spans: int
+) -> tuple[list[int], float | None]:
+    """Keys of the newest spans stored in the last window before the newest one (at most `max_spans`: the
+    newest, which are the ones a crash left unanswered), and the oldest ingested_at among them."""
     # Relative to the newest stored span rather than the clock: after a crash, retries of requests that
     # were committed just before it must still be recognised, however long the restart took.
     newest = con.execute("SELECT epoch(max(ingested_at)) FROM spans").fetchall()[0][0]
-    if newest is None:
+    if newest is None or max_spans <= 0:
         return [], None
-    since = float(newest) - window_seconds
     table = con.sql(
-        "SELECT trace_id, span_id FROM spans WHERE ingested_at >= ?", params=[_timestamp(since)]
+        "SELECT trace_id, span_id, epoch(ingested_at) AS at FROM spans WHERE ingested_at >= ? "
+        "ORDER BY ingested_at DESC LIMIT ?",
+        params=[_timestamp(float(newest) - window_seconds), max_spans],
     ).to_arrow_table()
-    return span_keys(table).to_list(), since
+    if table.num_rows == 0:
+        return [], None
+    return span_keys(table).to_list(), float(pc.min(table.column("at")).as_py())
 
 
 def _confirm_stored(
