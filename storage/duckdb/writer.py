@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import duckdb
+import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage.dedup import RecentSpans, first_occurrences, span_keys
@@ -128,8 +128,9 @@ class Writer:
 
     def start(self) -> None:
         """Rebuild the duplicate window from the newest stored spans, then start the writer thread."""
-        keys, since = _recent_keys(self._con, self._recent.window_seconds, self._recent.max_spans)
-        self._recent.add(keys, self._clock(), since)
+        now = self._clock()
+        for since, keys in _recent_commits(self._con, self._recent.window_seconds, self._recent.max_spans):
+            self._recent.add(keys, now, since)
         self._thread.start()
 
     def try_submit(
@@ -324,24 +325,28 @@ def _timestamp(epoch_seconds: float) -> datetime:
     return datetime.fromtimestamp(epoch_seconds, UTC).replace(tzinfo=None)
 
 
-def _recent_keys(
+def _recent_commits(
     con: duckdb.DuckDBPyConnection, window_seconds: float, max_spans: int
-) -> tuple[list[int], float | None]:
-    """Keys of the newest spans stored in the last window before the newest one (at most `max_spans`: the
-    newest, which are the ones a crash left unanswered), and the oldest ingested_at among them."""
+) -> list[tuple[float, list[int]]]:
+    """The commits of the last window before the newest stored span, oldest first, as (ingested_at, keys):
+    at most the newest `max_spans` spans, which are the ones a crash left unanswered.
+
+    One chunk a commit, as the writer remembers them while running: the count bound then evicts the
+    oldest commits one by one. (As one chunk, the first commit after a restart pushed it over the bound
+    and it went whole, and retries of the last requests before the crash were stored twice.)"""
     # Relative to the newest stored span rather than the clock: after a crash, retries of requests that
     # were committed just before it must still be recognised, however long the restart took.
     newest = con.execute("SELECT epoch(max(ingested_at)) FROM spans").fetchall()[0][0]
     if newest is None or max_spans <= 0:
-        return [], None
+        return []
     table = con.sql(
         "SELECT trace_id, span_id, epoch(ingested_at) AS at FROM spans WHERE ingested_at >= ? "
         "ORDER BY ingested_at DESC LIMIT ?",
         params=[_timestamp(float(newest) - window_seconds), max_spans],
     ).to_arrow_table()
-    if table.num_rows == 0:
-        return [], None
-    return span_keys(table).to_list(), float(pc.min(table.column("at")).as_py())
+    frame = pl.DataFrame({"at": table.column("at"), "key": span_keys(table)})
+    commits = frame.group_by("at").agg("key").sort("at")
+    return [(float(at), list(keys)) for at, keys in commits.iter_rows()]
 
 
 def _confirm_stored(
