@@ -346,7 +346,8 @@ def _recent_commits(
     ).to_arrow_table()
     frame = pl.DataFrame({"at": table.column("at"), "key": span_keys(table)})
     commits = frame.group_by("at").agg("key").sort("at")
-    return [(float(at), list(keys)) for at, keys in commits.iter_rows()]
+    # A confirming lookup starts at `since`: a millisecond early, so a float's rounding never skips the commit.
+    return [(float(at) - 0.001, list(keys)) for at, keys in commits.iter_rows()]
 
 
 def _confirm_stored(
