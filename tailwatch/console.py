@@ -77,7 +77,7 @@ class IngestRate:
 
     def sample(self) -> None:
         received = sum(_samples(self._registry, "tailwatch_spans_received_total").values())
-        stored = self._registry.get_sample_value("tailwatch_spans_stored_total") or 0.0
+        stored = _value(self._registry, "tailwatch_spans_stored_total") or 0.0
         self._samples.append((self._clock(), received, stored))
 
     def per_second(self) -> tuple[float | None, float | None]:
@@ -101,13 +101,19 @@ class IngestRate:
 
 
 def _samples(registry: CollectorRegistry, name: str) -> dict[str, float]:
-    """A counter's samples by their labels' values joined with '/' (e.g. 'grpc', 'traces/overloaded')."""
+    """A metric's samples by their labels' values joined with '/' (e.g. 'grpc', 'traces/overloaded'; '' when
+    it has none). Only that metric's collector is asked: the whole registry holds every figure gauge."""
     out: dict[str, float] = {}
-    for family in registry.collect():
+    for family in registry.restricted_registry([name]).collect():
         for sample in family.samples:
             if sample.name == name:
                 out["/".join(sample.labels.values())] = sample.value
     return out
+
+
+def _value(registry: CollectorRegistry, name: str) -> float | None:
+    """An unlabelled metric's value."""
+    return _samples(registry, name).get("")
 
 
 def _range(request: web.Request) -> tuple[datetime, datetime]:
@@ -196,7 +202,7 @@ def add_console(
     async def status(_: web.Request) -> web.Response:
         """Ingest and detector health: what an operator checks first."""
         received, stored = rate.per_second()
-        last_commit = registry.get_sample_value("tailwatch_writer_last_commit_timestamp_seconds") or None
+        last_commit = _value(registry, "tailwatch_writer_last_commit_timestamp_seconds") or None
         ran = {h.detector: h for h in await asyncio.to_thread(queries.detector_health, _now())}
         detectors = []
         for key in detection.keys() if detection is not None else sorted(ran):
@@ -216,14 +222,14 @@ def add_console(
                     "received_per_second": received,
                     "stored_per_second": stored,
                     "received": _samples(registry, "tailwatch_spans_received_total"),
-                    "stored": registry.get_sample_value("tailwatch_spans_stored_total"),
+                    "stored": _value(registry, "tailwatch_spans_stored_total"),
                     "rejected": {k: v for k, v in _samples(registry, "tailwatch_spans_rejected_total").items() if v},
                     "refused": {k: v for k, v in _samples(registry, "tailwatch_items_refused_total").items() if v},
-                    "queued": registry.get_sample_value("tailwatch_writer_queued_spans"),
+                    "queued": _value(registry, "tailwatch_writer_queued_spans"),
                     "last_commit": datetime.fromtimestamp(last_commit, UTC).replace(tzinfo=None)
                     if last_commit
                     else None,
-                    "commit_failures": registry.get_sample_value("tailwatch_writer_commit_failures_total"),
+                    "commit_failures": _value(registry, "tailwatch_writer_commit_failures_total"),
                 },
                 "detectors": detectors,
             }
