@@ -4,6 +4,7 @@ status. The long runs (a million inputs each) are bench/fuzz.py, their figures i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,11 @@ from targets import TARGETS, answer
 
 FUZZ = Path(__file__).parent / "fuzz"
 SHORT_RUNS = 20_000
+# Under mutation testing the fuzzing child imports mutmut's rewritten copy of the decoders, which atheris then
+# instruments line by line: a short run takes many minutes there. The corpus test still runs on every mutant.
+under_mutation = pytest.mark.skipif(
+    "MUTANT_UNDER_TEST" in os.environ, reason="fuzzing runs are too slow on mutmut's rewritten code"
+)
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
@@ -25,6 +31,7 @@ def test_every_corpus_input_is_answered_with_a_defined_status(target: str) -> No
     assert {answer(target, seed.read_bytes()) for seed in seeds} == {"ok"}
 
 
+@under_mutation
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_a_short_fuzzing_run_finds_nothing(target: str, tmp_path: Path) -> None:
     pytest.importorskip("atheris")
@@ -36,6 +43,7 @@ def test_a_short_fuzzing_run_finds_nothing(target: str, tmp_path: Path) -> None:
     assert f"Done {SHORT_RUNS} runs" in done.stderr
 
 
+@under_mutation
 def test_a_target_that_raises_is_reported_as_a_crash(tmp_path: Path) -> None:
     """The harness itself: an input the decoder cannot answer fails the run (planted through a broken inflate
     limit that makes every gzip body raise an undefined error)."""
