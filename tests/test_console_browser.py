@@ -81,9 +81,13 @@ class Console:
         else:
             route.continue_()
 
-    def open(self, fragment: str) -> Any:
+    def open(self, fragment: str, shot: str | None = None) -> Any:
+        """Go to a view and wait until it is drawn; with `shot`, keep a picture of it under that name."""
         self.page.goto(f"{self.base}/#/{fragment}")
-        return self.rendered()
+        page = self.rendered()
+        if shot is not None:
+            self.shot(shot)
+        return page
 
     def rendered(self) -> Any:
         self.page.wait_for_selector("body[data-rendered='1']", timeout=30_000)
@@ -135,8 +139,7 @@ def test_the_overview_shows_the_planted_alerts_top_clusters_and_health(
     console: Console, seeded: tuple[RunningService, datetime]
 ) -> None:
     svc, _ = seeded
-    page = console.open("overview")
-    console.shot("overview")
+    page = console.open("overview", shot="overview")
     firing = page.eval_on_selector_all("#firing tbody tr", "rows => rows.map(r => r.innerText)")
     api_firing = get(svc, "/v1/alerts?state=firing")["alerts"]
     assert len(firing) == len(api_firing) > 0
@@ -161,8 +164,7 @@ def test_the_per_token_chart_draws_the_stored_p99_against_its_baseline_band_with
     console: Console, seeded: tuple[RunningService, datetime]
 ) -> None:
     svc, end = seeded
-    page = console.open("tokens?range=6h")
-    console.shot("tokens")
+    page = console.open("tokens?range=6h", shot="tokens")
     rows = [
         r for r in get(svc, "/v1/figures/token_latency?from=2000-01-01T00:00:00Z")["rows"] if r["grouping"] == "model"
     ]
@@ -185,8 +187,7 @@ def test_the_tenant_chart_shows_the_small_tenant_above_every_tenant_together(
     console: Console, seeded: tuple[RunningService, datetime]
 ) -> None:
     svc, end = seeded
-    console.open("tenants?range=6h&tenant=smallco")
-    console.shot("tenants")
+    console.open("tenants?range=6h&tenant=smallco", shot="tenants")
     rows = get(svc, "/v1/figures/tenant_fairness?from=2000-01-01T00:00:00Z")["rows"]
     smallco = {iso(r["window_end"]): r["latency_p99"] for r in rows if r["tenant_id"] == "smallco"}
     drawn = console.points("tenant-e2e", "tenant smallco")
@@ -202,8 +203,7 @@ def test_the_curves_show_the_cache_cliff_the_worse_variant_and_the_long_contexts
     console: Console, seeded: tuple[RunningService, datetime]
 ) -> None:
     svc, _ = seeded
-    page = console.open("curves?range=6h&score=groundedness")
-    console.shot("curves")
+    page = console.open("curves?range=6h&score=groundedness", shot="curves")
     cache = get(svc, "/v1/figures/cache_curve?from=2000-01-01T00:00:00Z")["rows"]
     drawn = console.points("cache-score", "this range", "rect.bar")
     for bucket in ("high", "medium", "low"):
