@@ -54,6 +54,12 @@ function frame(name, caption) {
   return { fig, svg };
 }
 
+// What a chart shows when the range holds nothing to draw.
+function empty(fig, svg) {
+  svgEl('text', { x: W / 2, y: H / 2, class: 'empty', 'text-anchor': 'middle' }, svg).textContent = 'no figures in this range';
+  return fig;
+}
+
 function legend(fig, items) {
   const ul = document.createElement('ul');
   ul.className = 'legend';
@@ -94,8 +100,7 @@ export function timeChart(name, caption, { series, band = null, bandName = '', m
   const values = series.flatMap((s) => s.points.map((p) => p.v)).concat(band ? band.flatMap((b) => [b.lo, b.hi]) : [])
     .filter((v) => v !== null && Number.isFinite(v));
   if (!values.length) {
-    svgEl('text', { x: W / 2, y: H / 2, class: 'empty', 'text-anchor': 'middle' }, svg).textContent = 'no figures in this range';
-    return fig;
+    return empty(fig, svg);
   }
   const lo = Math.min(0, ...values), hi = Math.max(...values) * 1.08;
   const y = yAxis(svg, lo, hi, unit);
@@ -143,8 +148,7 @@ export function barChart(name, caption, { categories, series, unit = '' }) {
   const { fig, svg } = frame(name, caption);
   const values = series.flatMap((s) => s.values).filter((v) => v !== null && Number.isFinite(v));
   if (!values.length || !categories.length) {
-    svgEl('text', { x: W / 2, y: H / 2, class: 'empty', 'text-anchor': 'middle' }, svg).textContent = 'no figures in this range';
-    return fig;
+    return empty(fig, svg);
   }
   const y = yAxis(svg, Math.min(0, ...values), Math.max(...values) * 1.08, unit);
   const band = (W - M.l - M.r) / categories.length, bw = (band * 0.8) / series.length;
@@ -168,8 +172,7 @@ export function heatmap(name, caption, { rows, cols, cells, unit = '', higherIsW
   const { fig, svg } = frame(name, caption);
   const vals = [...cells.values()].map((c) => c.v).filter(Number.isFinite);
   if (!vals.length) {
-    svgEl('text', { x: W / 2, y: H / 2, class: 'empty', 'text-anchor': 'middle' }, svg).textContent = 'no figures in this range';
-    return fig;
+    return empty(fig, svg);
   }
   const lo = Math.min(...vals), hi = Math.max(...vals);
   const cw = (W - M.l - 30) / cols.length, ch = (H - M.t - M.b) / rows.length;
@@ -198,8 +201,7 @@ export function heatmap(name, caption, { rows, cols, cells, unit = '', higherIsW
 export function shareTimeline(name, caption, { steps, names, from, to }) {
   const { fig, svg } = frame(name, caption);
   if (!steps.length) {
-    svgEl('text', { x: W / 2, y: H / 2, class: 'empty', 'text-anchor': 'middle' }, svg).textContent = 'no figures in this range';
-    return fig;
+    return empty(fig, svg);
   }
   const x = (t) => M.l + (W - M.l - M.r) * ((t - from) / (to - from || 1));
   const y = yAxis(svg, 0, 1, 'share');
