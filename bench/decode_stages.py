@@ -1,7 +1,9 @@
-"""Decoder cost by stage, in µs per span, on the ingest benchmark's spans (best of 3, one core).
+"""Decoder cost by stage, in µs per span, on the ingest benchmark's spans: compiled vs Python, one run.
 
-Rows 2-4 run on already-parsed messages and each includes the work of the rows above it; the
-normalization row times `normalize_batch` alone on already-decoded attributes.
+Best of 5, one core, the same 20 requests of 1,000 spans (20 attributes each) for every row:
+- the walk alone (parse, validate, stored columns, gathered keys), compiled and Python;
+- the shared finish alone (scores, first-token times, normalization, the final batch);
+- the whole `decode_traces` with each decoder.
 
 .venv/bin/python bench/decode_stages.py
 """
@@ -13,54 +15,53 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
-import pyarrow as pa
-
 sys.path.insert(0, str(Path(__file__).parent))
 from llm_spans import unique_requests
 
-from collector.decode import Encoding, decode_traces, default_plan
-from collector.normalize import SpanBatch, normalize_batch
-from collector.wire import TraceRequest, any_value
+from collector import native_walk, span_walk
+from collector.decode import Decoder, Encoding, decode_traces, default_plan, finish
+
+
+def best_of(fn: Callable[[], object], spans: int, rounds: int = 5) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best / spans * 1e6
 
 
 def main() -> None:
     requests = unique_requests(20, 1000, seed=1, t0_ns=(int(time.time()) - 3600) * 10**9)
-    messages = [TraceRequest.FromString(r) for r in requests]
-    spans = [s for m in messages for rs in m.resource_spans for ss in rs.scope_spans for s in ss.spans]
-
+    n = 20 * 1000
     plan = default_plan()
-    batches = []
-    for message in messages:
-        batch_spans = [s for rs in message.resource_spans for ss in rs.scope_spans for s in ss.spans]
-        n = len(batch_spans)
-        batches.append(
-            SpanBatch(
-                attrs=[{k: any_value(v) for k, v in s.attributes.items()} for s in batch_spans],
-                resources=[{"service.name": "vllm-llama8b"}],
-                resource_of=[0] * n,
-                names=pa.array([s.name for s in batch_spans]),
-                kinds=pa.array(["SERVER"] * n),
-                durations_ms=pa.array([(s.end_time_unix_nano - s.start_time_unix_nano) / 1e6 for s in batch_spans]),
-                first_token_ms=[None] * n,
-            )
-        )
+    keys = (plan.walk_span_keys, plan.walk_resource_keys)
+    walked = [span_walk.walk(r, *keys) for r in requests]
 
     stages: list[tuple[str, Callable[[], object]]] = [
-        ("protobuf parse (upb)", lambda: [TraceRequest.FromString(r) for r in requests]),
-        ("+ attribute map into Python", lambda: [dict(s.attributes.items()) for s in spans]),
-        ("+ decode every value", lambda: [{k: any_value(v) for k, v in s.attributes.items()} for s in spans]),
-        ("+ JSON", lambda: [orjson.dumps({k: any_value(v) for k, v in s.attributes.items()}) for s in spans]),
-        ("normalization alone", lambda: [normalize_batch(plan, b) for b in batches]),
-        ("full decode_traces", lambda: [decode_traces(r, Encoding.PROTOBUF) for r in requests]),
+        ("python walk", lambda: [span_walk.walk(r, *keys) for r in requests]),
+        ("shared finish (normalize, scores, batch)", lambda: [finish(w, plan) for w in walked]),
+        (
+            "full decode_traces, python",
+            lambda: [decode_traces(r, Encoding.PROTOBUF, decoder=Decoder.PYTHON) for r in requests],
+        ),
     ]
-    for name, fn in stages:
-        best = float("inf")
-        for _ in range(3):
-            started = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - started)
-        print(f"{name:30s} {best / len(spans) * 1e6:6.2f} µs/span")
+    if native_walk.AVAILABLE:
+        stages[1:1] = [("compiled walk", lambda: [native_walk.walk(r, *keys) for r in requests])]
+        stages.append(
+            (
+                "full decode_traces, compiled",
+                lambda: [decode_traces(r, Encoding.PROTOBUF, decoder=Decoder.NATIVE) for r in requests],
+            )
+        )
+    else:
+        print("the compiled decoder is not installed: only the Python rows", file=sys.stderr)
+    figures = {name: best_of(fn, n) for name, fn in stages}
+    for name, us in figures.items():
+        print(f"{name:45s} {us:6.2f} µs/span   {1e6 / us:>9,.0f} spans/s per core")
+    if native_walk.AVAILABLE:
+        ratio = figures["full decode_traces, python"] / figures["full decode_traces, compiled"]
+        print(f"compiled decode_traces is {ratio:.1f}x the Python one")
 
 
 if __name__ == "__main__":

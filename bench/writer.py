@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300)
     args = parser.parse_args()
     requests = unique_requests(args.batches, 1000, seed=7, t0_ns=(int(time.time()) - 3600) * 10**9)
-    tables = [decode_traces(r, Encoding.PROTOBUF).table for r in requests]
+    tables = [decode_traces(r, Encoding.PROTOBUF).spans for r in requests]
     with tempfile.TemporaryDirectory() as tmp:
         con = open_database(Path(tmp) / "writer.duckdb")
         migrate.upgrade(con)

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from collector.reasons import LogRejectReason, MetricRejectReason, MetricUnjoined, RequestRefusal, SpanRejectReason
 
 if TYPE_CHECKING:
-    from collector.decode import Decoded
+    from collector.decode import Decoded, Decoder
     from collector.errors import ExportError
 
 
 class IngestMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.decoder = Gauge(
+            "tailwatch_trace_decoder_info",
+            "1 for the trace decoder in use: native (compiled) or python (the reference).",
+            ["decoder"],
+            registry=registry,
+        )
         self.requests = Counter(
             "tailwatch_export_requests",
             "OTLP export requests by transport, signal (traces, logs, metrics) and outcome (ok, or why refused).",
@@ -109,3 +115,7 @@ class IngestMetrics:
         self.requests.labels(transport, signal, exc.refusal.value).inc()
         if exc.items:
             self.refused.labels(signal, exc.refusal.value).inc(exc.items)
+
+    def decoder_in_use(self, decoder: Decoder) -> None:
+        self.decoder.clear()
+        self.decoder.labels(decoder.value).set(1)

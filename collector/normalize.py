@@ -192,6 +192,7 @@ LLM_OPERATIONS = frozenset(
 # vLLM names its per-request span `llm_request`; SGLang `f"{role} Req {rid[:8]}"` (role may be empty).
 _ENGINE_SPAN = re.compile(r"^(llm_request|\S* ?Req [0-9A-Za-z_-]{1,8})$")
 OI_FIRST_TOKEN_EVENT = "First Token Stream Event"  # noqa: S105 - an event name, not a secret
+LANGFUSE_COMPLETION_START = "langfuse.observation.completion_start_time"
 
 
 class NormalizeConfig(BaseModel):
@@ -293,6 +294,9 @@ class Plan:
     sources: dict[str, tuple[Source, ...]]
     span_keys: frozenset[str]
     resource_keys: frozenset[str]
+    # What a decoder's walk gathers: the plan's keys, and the one key first-token time also reads.
+    walk_span_keys: tuple[str, ...]
+    walk_resource_keys: tuple[str, ...]
 
 
 def build_plan(config: NormalizeConfig) -> Plan:
@@ -306,10 +310,14 @@ def build_plan(config: NormalizeConfig) -> Plan:
             key, _, json_field = key.partition("#")
             sources[field_name].append(Source(scope, key, _json_field(json_field) if json_field else convert))
     every = [src for srcs in sources.values() for src in srcs]
+    span_keys = frozenset(src.key for src in every if src.scope == "span")
+    resource_keys = frozenset(src.key for src in every if src.scope == "resource")
     return Plan(
         sources={name: tuple(srcs) for name, srcs in sources.items()},
-        span_keys=frozenset(src.key for src in every if src.scope == "span"),
-        resource_keys=frozenset(src.key for src in every if src.scope == "resource"),
+        span_keys=span_keys,
+        resource_keys=resource_keys,
+        walk_span_keys=tuple(sorted(span_keys | {LANGFUSE_COMPLETION_START})),
+        walk_resource_keys=tuple(sorted(resource_keys)),
     )
 
 
@@ -328,44 +336,76 @@ def resolve(plan: Plan, field: str, resource: dict[str, Any], labels: dict[str, 
     return None
 
 
+@dataclass(frozen=True)
+class KeyValues:
+    """One attribute key's value for every row of a batch, as a decoder's walk gathers it.
+
+    A typed column (string, int64, float64, bool, or null when every row lacks the key) when every value
+    present is of that one scalar kind; otherwise `json` is set and each value is its JSON text. Both
+    decoders gather the same way (collector/span_walk.py, native/), so normalization reads one shape.
+    """
+
+    values: pa.Array
+    json: bool = False
+
+    def pylist(self) -> list[Any]:
+        values = self.values.to_pylist()
+        return [None if v is None else orjson.loads(v) for v in values] if self.json else values
+
+
+_SCALAR_TYPES: dict[type, pa.DataType] = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+
+
+def gather(values: list[Any]) -> KeyValues:
+    """The gathered column of one key from its Python values (None where a row lacks the key)."""
+    kinds = set(map(type, values))
+    kinds.discard(type(None))
+    if not kinds:
+        return KeyValues(pa.nulls(len(values)))
+    if len(kinds) == 1 and (kind := kinds.pop()) in _SCALAR_TYPES:
+        return KeyValues(pa.array(values, _SCALAR_TYPES[kind]))
+    return KeyValues(pa.array([None if v is None else orjson.dumps(v).decode() for v in values], pa.string()), True)
+
+
 @dataclass
 class SpanBatch:
-    """What normalization reads from a decoded batch, one entry per span."""
+    """What normalization reads from a decoder's walk."""
 
-    attrs: list[dict[str, Any]]
-    resources: list[dict[str, Any]]
-    resource_of: list[int]  # index into `resources` for every span
+    span_values: dict[str, KeyValues]  # the plan's span keys present in the batch, one row per span
+    resource_values: dict[str, KeyValues]  # the plan's resource keys present, one row per resource
+    resource_of: pa.Array  # int32: index into the resource rows for every span
     names: pa.Array
     kinds: pa.Array
     durations_ms: pa.Array
-    first_token_ms: list[float | None]  # from span events / Langfuse, computed while walking
+    first_token_ms: pa.Array  # float64, from span events / Langfuse
 
 
-_KINDS_FLOAT = {int, float, type(None)}
-_KINDS_INT = {int, type(None)}
-_KINDS_STR = {str, type(None)}
+_NUMBER_TYPES = (pa.int64(), pa.float64(), pa.null())
 
 
-def _column(values: list[Any], convert: Converter) -> pa.Array:
+def _column(gathered: KeyValues, convert: Converter) -> pa.Array:
     """Convert one gathered source column; Arrow kernels when the values are of the usual type."""
-    kinds = set(map(type, values))
+    arr, typ = gathered.values, gathered.values.type
     try:
-        if convert is SECONDS or convert is MILLISECONDS:
-            if kinds <= _KINDS_FLOAT:
-                arr = pa.array(values, pa.float64())
+        if gathered.json:
+            pass
+        elif convert is SECONDS or convert is MILLISECONDS:
+            if typ in _NUMBER_TYPES:
+                arr = arr.cast(pa.float64())
                 arr = pc.multiply(arr, 1000.0) if convert is SECONDS else arr
                 # NaN and infinities (and seconds too large for milliseconds) are no value, as in parse_number.
                 return pc.if_else(pc.is_finite(arr), arr, pa.scalar(None, pa.float64()))
         elif convert is _count:
-            if kinds <= _KINDS_INT:
-                arr = pa.array(values, pa.int64())
+            if typ in (pa.int64(), pa.null()):
+                arr = arr.cast(pa.int64())
                 return pc.if_else(pc.less(arr, 0), pa.scalar(None, pa.int64()), arr)
-        elif convert in (_text, _lower) and kinds <= _KINDS_STR:
-            arr = pc.utf8_trim_whitespace(pa.array(values, pa.string()))
+        elif convert in (_text, _lower) and typ in (pa.string(), pa.null()):
+            arr = pc.utf8_trim_whitespace(arr.cast(pa.string()))
             arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
             return pc.utf8_lower(arr) if convert is _lower else arr
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass  # e.g. an integer beyond float64's exact range: take the general path
+    values = gathered.pylist()
     return pa.array([None if v is None else convert(v) for v in values], _ARROW_TYPE.get(convert, pa.string()))
 
 
@@ -383,26 +423,19 @@ def _type_of(field: str) -> pa.DataType:
 
 def normalize_batch(plan: Plan, batch: SpanBatch) -> tuple[dict[str, pa.Array], pa.Array, pa.Array]:
     """Canonical columns (FIELDS), is_llm and llm_role for every span of a decoded batch."""
-    n = len(batch.attrs)
-    # Every key seen in the batch (one C-level pass), then only the plan's keys among them are gathered.
-    present = plan.span_keys.intersection(set().union(*batch.attrs))
-    resource_present = plan.resource_keys.intersection(set().union(*batch.resources))
-    take = pa.array(batch.resource_of, pa.int32())
-
+    n = len(batch.names)
     columns: dict[str, pa.Array] = {}
     for field, sources in plan.sources.items():
         typ = _type_of(field)
         candidates = []
         for src in sources:
             if src.scope == "span":
-                if src.key in present:
-                    key = src.key
-                    candidates.append(_column([a.get(key) for a in batch.attrs], src.convert).cast(typ))
-            elif src.key in resource_present:
-                per_resource = _column([r.get(src.key) for r in batch.resources], src.convert).cast(typ)
-                candidates.append(per_resource.take(take))
+                if (gathered := batch.span_values.get(src.key)) is not None:
+                    candidates.append(_column(gathered, src.convert).cast(typ))
+            elif (gathered := batch.resource_values.get(src.key)) is not None:
+                candidates.append(_column(gathered, src.convert).cast(typ).take(batch.resource_of))
         if field == "ttft_ms":
-            candidates.append(pa.array(batch.first_token_ms, pa.float64()))
+            candidates.append(batch.first_token_ms)
         columns[field] = _coalesce(candidates, typ, n)
 
     operation = columns["operation"]
@@ -440,15 +473,13 @@ def _coalesce(candidates: list[pa.Array], typ: pa.DataType, n: int) -> pa.Array:
     return candidates[0] if len(candidates) == 1 else pc.coalesce(*candidates)
 
 
-def first_token_ms(
-    attrs: dict[str, Any], events: list[tuple[str, int, dict[str, Any]]] | None, start_ns: int
-) -> float | None:
+def first_token_ms(events: list[dict[str, Any]] | None, completion_start: Any, start_ns: int) -> float | None:
     """TTFT from an OpenInference first-token event or Langfuse's completion start, when a span has one."""
     if events:
-        for name, time_ns, _ in events:
-            if name == OI_FIRST_TOKEN_EVENT and time_ns >= start_ns:
+        for event in events:
+            time_ns = int(event["time_unix_nano"])
+            if event["name"] == OI_FIRST_TOKEN_EVENT and time_ns >= start_ns:
                 return (time_ns - start_ns) / 1e6
-    completion_start = attrs.get("langfuse.observation.completion_start_time")
     if isinstance(completion_start, str):
         try:
             at = datetime.fromisoformat(completion_start.strip('"').replace("Z", "+00:00"))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from collector.decode import Decoded, Encoding, Signal, decode
+from collector.decode import DEFAULT_DECODER, Decoded, Decoder, Encoding, Signal, decode
 from collector.engine_names import EngineNames
 from collector.errors import ExportError, Overloaded, Unavailable
 from collector.metrics import IngestMetrics
@@ -43,10 +43,10 @@ def _plan(config: NormalizeConfig) -> Plan:
 
 
 def decode_request(
-    signal: Signal, payload: bytes, encoding: Encoding, config: NormalizeConfig, names: EngineNames
+    signal: Signal, payload: bytes, encoding: Encoding, config: NormalizeConfig, names: EngineNames, *, decoder: Decoder
 ) -> Decoded:
     """The decoder entry point run in the worker processes."""
-    return decode(signal, payload, encoding, _plan(config), names)
+    return decode(signal, payload, encoding, _plan(config), names, decoder=decoder)
 
 
 class IngestPipeline:
@@ -59,6 +59,7 @@ class IngestPipeline:
         max_inflight_bytes: int,
         normalize: NormalizeConfig | None = None,
         engine_names: EngineNames | None = None,
+        decoder: Decoder = DEFAULT_DECODER,
     ) -> None:
         self._sink = sink
         self._metrics = metrics
@@ -66,6 +67,8 @@ class IngestPipeline:
         self._max_inflight = max_inflight_bytes
         self._normalize = normalize or NormalizeConfig()
         self._names = engine_names or EngineNames()
+        self.decoder = decoder
+        metrics.decoder_in_use(decoder)
         self._inflight = 0
         self._lock = threading.Lock()
         self._closing = False
@@ -83,7 +86,15 @@ class IngestPipeline:
     def warm_up(self) -> None:
         """Start the decoder processes (and build their plans) now rather than on the first request."""
         futures = [
-            self._executor.submit(decode_request, Signal.TRACES, b"", Encoding.PROTOBUF, self._normalize, self._names)
+            self._executor.submit(
+                decode_request,
+                Signal.TRACES,
+                b"",
+                Encoding.PROTOBUF,
+                self._normalize,
+                self._names,
+                decoder=self.decoder,
+            )
             for _ in range(max(1, self._workers))
         ]
         for f in futures:
@@ -104,7 +115,9 @@ class IngestPipeline:
             self._inflight += size
         executor = self._executor
         try:
-            decoding = executor.submit(decode_request, signal, payload, encoding, self._normalize, self._names)
+            decoding = executor.submit(
+                decode_request, signal, payload, encoding, self._normalize, self._names, decoder=self.decoder
+            )
         except BrokenProcessPool:
             # A decoder died while idle: the pool is broken for good until it is replaced.
             self._release(size)

@@ -16,7 +16,7 @@ EVALUATION_EVENT = "gen_ai.evaluation.result"
 
 # A cheap pre-check on the serialized attributes: most spans carry no scores, and one regex search
 # over their JSON is far cheaper than testing every key for every prefix.
-_HINT = re.compile(rb'"(?:eval\.|gen_ai\.evaluation\.|evaluations\.|annotations\.)')
+SCORE_HINT = re.compile(rb'"(?:eval\.|gen_ai\.evaluation\.|evaluations\.|annotations\.)')
 # OpenInference flattened annotations: evaluations.<i>.evaluation.<field> / annotations.<i>.annotation.<field>
 _OI_KEY = re.compile(r"^(evaluations|annotations)\.(\d+)\.(?:evaluation|annotation)\.(name|score|label|explanation)$")
 _PLAIN_KEY = re.compile(r"^eval\.(.+?)(?:\.(score|label|explanation))?$")
@@ -67,7 +67,7 @@ def from_span_attributes(
     attrs: dict[str, Any], attrs_json: bytes, trace_id: str, span_id: str, observed_ns: int
 ) -> list[Score]:
     """Scores carried as span attributes: traceAI, OpenInference flattened, and plain `eval.<name>`."""
-    if not _HINT.search(attrs_json):
+    if not SCORE_HINT.search(attrs_json):
         return []
     scores = []
     evaluation = from_evaluation(attrs, trace_id, span_id, "attribute", observed_ns)

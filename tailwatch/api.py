@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +51,7 @@ def api_app(
     token: str | None = None,
     sql_slots: int = 2,
     tls: bool = False,
+    facts: Mapping[str, str] | None = None,
 ) -> web.Application:
     sql = _SqlHandlers(analyst, sql_slots) if analyst is not None else None
 
@@ -62,9 +63,10 @@ def api_app(
         return web.json_response({"status": "ok"})
 
     async def readyz(_: web.Request) -> web.Response:
+        # `facts` (e.g. the trace decoder in use) ride along, so a probe's log tells what is serving.
         if is_ready():
-            return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not ready"}, status=503)
+            return web.json_response({"status": "ready", **(facts or {})})
+        return web.json_response({"status": "not ready", **(facts or {})}, status=503)
 
     async def alerts(request: web.Request) -> web.Response:
         """Alerts, newest first; `?state=firing|resolved`, `?detector=KEY`, `?limit=N` (default 100)."""

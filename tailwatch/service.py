@@ -92,6 +92,7 @@ class Service:
             max_inflight_bytes=s.ingest.max_inflight_bytes,
             normalize=s.normalize,
             engine_names=s.metrics.engine_names(),
+            decoder=s.ingest.trace_decoder(),
         )
         self._grpc = GrpcReceiver(
             self._pipeline,
@@ -121,6 +122,7 @@ class Service:
             token=s.api.token.get_secret_value() if s.api.token else None,
             sql_slots=s.sql.max_concurrent,
             tls=(tls := _tls(s)) is not None,
+            facts={"decoder": self._pipeline.decoder.value},
         )
         self._api_runner, self.api_port = await self._serve(app, s.api_port, tls=tls)
         self._scheduler = BackgroundScheduler(

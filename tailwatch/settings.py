@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_origin
+from typing import Any, Literal, get_origin
 
 import yaml
 from pydantic import (
@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from collector.decode import Decoder, choose_decoder
 from collector.engine_names import ENGINE_METRICS, EngineNames
 from collector.normalize import NormalizeConfig
 from detectors.registry import REGISTRY
@@ -48,6 +49,11 @@ class IngestSettings(_Section):
         ge=0,
         le=64,
         description="Decoder processes. 0 decodes in threads of the service process (one core).",
+    )
+    decoder: Literal["auto", "native", "python"] = Field(
+        "auto",
+        description="Trace decoder: native (compiled, built by scripts/setup where cargo exists), python (the "
+        "reference), or auto (native when installed).",
     )
     max_request_bytes: int = Field(
         32 * 2**20,
@@ -76,6 +82,15 @@ class IngestSettings(_Section):
         ge=0,
         description="Cap on remembered span identities (about 110 bytes each); shortens the window when hit.",
     )
+
+    @field_validator("decoder")
+    @classmethod
+    def _decoder_installed(cls, value: str) -> str:
+        choose_decoder(value)  # a sentence naming the setting when the compiled one is asked for but absent
+        return value
+
+    def trace_decoder(self) -> Decoder:
+        return choose_decoder(self.decoder)
 
 
 class StorageSettings(_Section):

@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from receivers import NATIVE_INSTALL, require_or_skip
 
+import collector.decode
+from collector import native_walk
+from collector.decode import Decoder
 from tailwatch.service import Service
 from tailwatch.settings import Settings, load_settings
 
@@ -72,3 +76,20 @@ def db_path(tmp_path: Path) -> Path:
 def service(db_path: Path) -> Iterator[RunningService]:
     with RunningService(service_settings(db_path)) as running:
         yield running
+
+
+@pytest.fixture(params=list(Decoder))
+def decoder(request: pytest.FixtureRequest) -> Decoder:
+    """Each trace decoder in turn: the compiled one (a skip on a machine without cargo, a failure in CI)
+    and the Python reference."""
+    if request.param is Decoder.NATIVE and not native_walk.AVAILABLE:
+        require_or_skip("the compiled decoder (tailwatch_native) is not installed", NATIVE_INSTALL)
+    return Decoder(request.param)
+
+
+@pytest.fixture
+def each_decoder(decoder: Decoder, monkeypatch: pytest.MonkeyPatch) -> Decoder:
+    """Run a test once per decoder by making it the default; a module opts in with
+    `pytestmark = pytest.mark.usefixtures("each_decoder")`."""
+    monkeypatch.setattr(collector.decode, "DEFAULT_DECODER", decoder)
+    return decoder

@@ -55,6 +55,8 @@ def require_or_skip(missing: str, how_to_install: str) -> NoReturn:
     pytest.skip(message)
 
 
+NATIVE_INSTALL = "scripts/setup test, with cargo (Rust) on PATH: it builds native/ into .venv"
+
 ALERTMANAGER_INSTALL = (
     "apt-get install prometheus-alertmanager (Debian/Ubuntu; .ci/run does this in CI), "
     "or put the alertmanager binary from https://prometheus.io/download/ on PATH"

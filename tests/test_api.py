@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import urllib.request
+from pathlib import Path
 
 from builders import request, span
-from conftest import RunningService
+from conftest import RunningService, service_settings
 from test_otlp_http import post
+
+from collector.decode import DEFAULT_DECODER
 
 
 def get(url: str) -> tuple[int, str]:
@@ -16,7 +19,17 @@ def get(url: str) -> tuple[int, str]:
 
 def test_healthz_and_readyz_answer_when_started(service: RunningService) -> None:
     assert get(f"{service.api_url}/healthz")[0] == 200
-    assert get(f"{service.api_url}/readyz") == (200, '{"status": "ready"}')
+    decoder = DEFAULT_DECODER.value
+    assert get(f"{service.api_url}/readyz") == (200, f'{{"status": "ready", "decoder": "{decoder}"}}')
+    assert f'tailwatch_trace_decoder_info{{decoder="{decoder}"}} 1.0' in get(f"{service.api_url}/metrics")[1]
+
+
+def test_the_python_decoder_serves_when_chosen(db_path: Path) -> None:
+    with RunningService(service_settings(db_path, ingest={"decoder": "python"})) as running:
+        assert '"decoder": "python"' in get(f"{running.api_url}/readyz")[1]
+        body = request([span(attributes={"gen_ai.usage.input_tokens": 5})]).SerializeToString()
+        assert post(f"{running.http_url}/v1/traces", body, "application/x-protobuf")[0] == 200
+        assert 'tailwatch_trace_decoder_info{decoder="python"} 1.0' in get(f"{running.api_url}/metrics")[1]
 
 
 def test_metrics_count_received_stored_and_rejected_spans(service: RunningService) -> None:

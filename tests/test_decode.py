@@ -12,12 +12,14 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from collector.decode import Encoding, decode_logs, decode_traces
+from collector.decode import Decoded, Encoding, decode_logs, decode_traces
 from collector.errors import MalformedPayload
 from collector.reasons import LogRejectReason, SpanRejectReason
 
+pytestmark = pytest.mark.usefixtures("each_decoder")
 
-def decode(req_bytes: bytes, encoding: Encoding = Encoding.PROTOBUF):
+
+def decode(req_bytes: bytes, encoding: Encoding = Encoding.PROTOBUF) -> Decoded:
     return decode_traces(req_bytes, encoding)
 
 

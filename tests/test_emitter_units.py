@@ -26,6 +26,9 @@ CLIENT = Span.SPAN_KIND_CLIENT
 INTERNAL = Span.SPAN_KIND_INTERNAL
 SERVER = Span.SPAN_KIND_SERVER
 
+# The golden cases pin normalization through each decoder's walk.
+pytestmark = pytest.mark.usefixtures("each_decoder")
+
 
 def make_span(
     name: str,

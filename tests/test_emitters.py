@@ -53,6 +53,9 @@ SPAN_C = bytes.fromhex("53995c3f42cd8ad8")
 INSTANCE_ID = "6f2a9c4e-1d3b-4f8a-9e7c-2b5d8a1f0c3e"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
+# The golden cases pin normalization through each decoder's walk.
+pytestmark = pytest.mark.usefixtures("each_decoder")
+
 
 def export(spans: list[Span], resource: dict[str, Any], scope: str = "tests") -> bytes:
     """An OTLP export request with exactly the given resource (no service.name is added)."""

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from waiting import HANG_GUARD
 
+import collector.decode
+from collector import native_walk
+from collector.decode import Decoder
 from tailwatch.settings import SettingsError, load_settings
 
 
@@ -34,6 +37,19 @@ def test_unknown_key_in_the_file_is_named(tmp_path: Path) -> None:
     cfg = write(tmp_path, "ingest:\n  decode_wrkers: 3\n")
     with pytest.raises(SettingsError, match=r"unknown setting 'ingest\.decode_wrkers'"):
         load_settings(cfg, environ={})
+
+
+def test_asking_for_the_compiled_decoder_where_it_is_not_installed_is_a_sentence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native_walk, "AVAILABLE", False)
+    monkeypatch.setattr(collector.decode, "DEFAULT_DECODER", Decoder.PYTHON)
+    cfg = write(tmp_path, "ingest:\n  decoder: native\n")
+    with pytest.raises(SettingsError, match=r"ingest\.decoder is 'native' but the compiled decoder is not installed"):
+        load_settings(cfg, environ={})
+    assert load_settings(write(tmp_path, "ingest:\n  decoder: auto\n"), environ={}).ingest.trace_decoder() == (
+        Decoder.PYTHON
+    )
 
 
 def test_unknown_env_var_is_named_with_the_known_ones() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collector.anyvalue import attributes_dict
-from collector.decode import Encoding, decode_traces
+from collector.decode import Decoder, Encoding, decode_traces
 from collector.errors import MalformedPayload
 from collector.wire import TraceRequest, any_value
 
@@ -57,12 +57,12 @@ def test_nan_and_infinities_survive_as_floats() -> None:
     assert math.isnan(got["n"]) and got["i"] == math.inf
 
 
-def test_invalid_utf8_in_a_string_value_is_a_malformed_request() -> None:
+def test_invalid_utf8_in_a_string_value_is_a_malformed_request(decoder: Decoder) -> None:
     payload = request([span(attributes={"k": "abc"})]).SerializeToString()
     corrupt = payload.replace(b"\x0a\x03abc", b"\x0a\x03a\xffc")
     assert corrupt != payload
-    with pytest.raises(MalformedPayload, match="bad attribute value"):
-        decode_traces(corrupt, Encoding.PROTOBUF)
+    with pytest.raises(MalformedPayload, match="not a valid OTLP protobuf ExportTraceServiceRequest"):
+        decode_traces(corrupt, Encoding.PROTOBUF, decoder=decoder)
 
 
 def with_raw_value(raw: bytes) -> bytes:
@@ -75,7 +75,7 @@ def with_raw_value(raw: bytes) -> bytes:
     return patched
 
 
-def test_a_bool_in_a_longer_than_needed_varint_is_read_as_the_generated_classes_read_it() -> None:
+def test_a_bool_in_a_longer_than_needed_varint_is_read_as_the_generated_classes_read_it(decoder: Decoder) -> None:
     # 0x80 0x00 is zero in two varint bytes: valid protobuf, but not the one-byte form the fast path reads.
     payload = with_raw_value(b"\x10\x80\x00")
     reference = attributes_dict(
@@ -83,12 +83,12 @@ def test_a_bool_in_a_longer_than_needed_varint_is_read_as_the_generated_classes_
     )
     assert reference == {"flag": False}
     assert wire_attributes(payload) == reference
-    spans = decode_traces(payload, Encoding.PROTOBUF).spans
+    spans = decode_traces(payload, Encoding.PROTOBUF, decoder=decoder).spans
     assert spans is not None
     assert json.loads(spans.column("attributes")[0].as_py()) == reference
 
 
-def test_a_bool_value_followed_by_a_truncated_field_is_a_malformed_request() -> None:
+def test_a_bool_value_followed_by_a_truncated_field_is_a_malformed_request(decoder: Decoder) -> None:
     payload = with_raw_value(b"\x10\x01\x10")  # a second field tag with no value after it
-    with pytest.raises(MalformedPayload, match="bad attribute value"):
-        decode_traces(payload, Encoding.PROTOBUF)
+    with pytest.raises(MalformedPayload, match="not a valid OTLP protobuf ExportTraceServiceRequest"):
+        decode_traces(payload, Encoding.PROTOBUF, decoder=decoder)

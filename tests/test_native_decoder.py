@@ -1,0 +1,210 @@
+"""The compiled decoder and the Python reference decode every request the same way.
+
+Hypothesis builds OTLP trace requests, valid and invalid (bad ids, times, kinds, repeated keys, every
+AnyValue kind, NaN and extreme numbers, events, links, scores), and damaged bytes; both decoders must
+give equal batches, equal scores and equal rejections, or both refuse the request.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from receivers import NATIVE_INSTALL, require_or_skip
+
+from collector import native_walk
+from collector.decode import Decoded, Decoder, Encoding, decode_traces
+from collector.errors import MalformedPayload
+
+
+@pytest.fixture(autouse=True)
+def _needs_native() -> None:
+    if not native_walk.AVAILABLE:
+        require_or_skip("the compiled decoder (tailwatch_native) is not installed", NATIVE_INSTALL)
+
+
+# Keys normalization, scores and first-token times read, mixed with arbitrary ones.
+KNOWN_KEYS = (
+    "gen_ai.operation.name",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.latency.time_to_first_token",
+    "gen_ai.server.time_to_first_token",
+    "gen_ai.latency.e2e",
+    "gen_ai.latency.time_in_model_decode",
+    "gen_ai.response.model",
+    "gen_ai.response.finish_reasons",
+    "llm.vllm.cache_hit_ratio",
+    "cluster.queue_depth",
+    "tenant.id",
+    "metadata",
+    "service.name",
+    "k8s.pod.name",
+    "openinference.span.kind",
+    "langfuse.observation.completion_start_time",
+    "gen_ai.evaluation.name",
+    "gen_ai.evaluation.score.value",
+    "eval.relevance.score",
+    "evaluations.0.evaluation.name",
+    "evaluations.0.evaluation.score",
+)
+keys = st.one_of(st.sampled_from(KNOWN_KEYS), st.text(max_size=12))
+
+scalars = st.one_of(
+    st.none(),
+    st.text(max_size=20),
+    st.sampled_from(["12", " 7 ", "", "chat", "1e3", "nan", '["stop"]', '{"tenant_id": "t1"}', "2030-01-01T00:00:00Z"]),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.sampled_from([0, 1, -1, 2**53 + 1, 2**63 - 1]),
+    st.floats(),
+    st.sampled_from([math.nan, math.inf, 1e-7, 1e16, 1e300, -0.0, 0.25]),
+    st.booleans(),
+    st.binary(max_size=12),
+)
+
+
+def _pairs(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[list[tuple[str, Any]]]:
+    # Lists of pairs rather than dicts, so repeated keys happen.
+    return st.lists(st.tuples(keys, inner), max_size=5)
+
+
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3).map(lambda v: ("array", v)) | _pairs(inner).map(lambda v: ("kv", v)),
+    max_leaves=6,
+)
+
+
+def any_value(value: Any) -> AnyValue:
+    out = AnyValue()
+    if value is None:
+        pass  # an AnyValue with no value set
+    elif isinstance(value, tuple) and value[0] == "array":
+        out.array_value.values.extend(any_value(v) for v in value[1])
+    elif isinstance(value, tuple):
+        out.kvlist_value.values.extend(key_values(value[1]))
+    elif isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int):
+        out.int_value = value
+    elif isinstance(value, float):
+        out.double_value = value
+    elif isinstance(value, bytes):
+        out.bytes_value = value
+    else:
+        out.string_value = value
+    return out
+
+
+def key_values(pairs: list[tuple[str, Any]]) -> list[KeyValue]:
+    return [KeyValue(key=k, value=any_value(v)) for k, v in pairs]
+
+
+T = 1_700_000_000_000_000_000
+trace_ids = st.one_of(st.binary(min_size=16, max_size=16), st.sampled_from([bytes(16), b"", b"\x01" * 8]))
+span_ids = st.one_of(st.binary(min_size=8, max_size=8), st.sampled_from([bytes(8), b"\x01" * 4]))
+times = st.one_of(st.integers(min_value=T, max_value=T + 10**12), st.sampled_from([0, 1, 2**63 - 1, 2**63, 2**64 - 1]))
+
+
+@st.composite
+def spans(draw: st.DrawFn) -> Span:
+    s = Span(
+        trace_id=draw(trace_ids),
+        span_id=draw(span_ids),
+        parent_span_id=draw(st.one_of(st.just(b""), span_ids)),
+        name=draw(st.one_of(st.sampled_from(["llm_request", "chat m", "x Req 1a2b"]), st.text(max_size=8))),
+        kind=draw(st.integers(min_value=-1, max_value=7)),
+        start_time_unix_nano=draw(times),
+        end_time_unix_nano=draw(times),
+    )
+    s.attributes.extend(key_values(draw(st.lists(st.tuples(keys, values), max_size=8))))
+    s.status.code = draw(st.integers(min_value=-1, max_value=4))
+    s.status.message = draw(st.text(max_size=6))
+    for _ in range(draw(st.integers(min_value=0, max_value=2))):
+        event = s.events.add(
+            name=draw(st.sampled_from(["gen_ai.evaluation.result", "First Token Stream Event", "other"])),
+            time_unix_nano=draw(times),
+        )
+        event.attributes.extend(key_values(draw(_pairs(values))))
+    for _ in range(draw(st.integers(min_value=0, max_value=2))):
+        link = s.links.add(trace_id=draw(trace_ids), span_id=draw(span_ids))
+        link.attributes.extend(key_values(draw(_pairs(scalars))))
+    return s
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> bytes:
+    request = ExportTraceServiceRequest()
+    for _ in range(draw(st.integers(min_value=0, max_value=3))):
+        rs = request.resource_spans.add()
+        rs.resource.attributes.extend(key_values(draw(_pairs(values))))
+        for _ in range(draw(st.integers(min_value=1, max_value=2))):
+            ss = rs.scope_spans.add()
+            ss.scope.name = draw(st.text(max_size=6))
+            ss.spans.extend(draw(st.lists(spans(), max_size=4)))
+    return request.SerializeToString()
+
+
+def outcome(payload: bytes, decoder: Decoder) -> Decoded | None:
+    """The decoded request, or None when the decoder refuses it as malformed."""
+    try:
+        return decode_traces(payload, Encoding.PROTOBUF, decoder=decoder)
+    except MalformedPayload:
+        return None
+
+
+def assert_same(payload: bytes) -> Decoded | None:
+    reference, native = outcome(payload, Decoder.PYTHON), outcome(payload, Decoder.NATIVE)
+    if reference is None or native is None:
+        assert reference is native, "one decoder refused a request the other accepted"
+        return None
+    assert reference.spans is not None and native.spans is not None
+    for name in reference.spans.column_names:
+        assert native.spans[name].equals(reference.spans[name]), name
+    assert native.scores.equals(reference.scores)
+    assert native.rejections == reference.rejections
+    return native
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(requests())
+def test_both_decoders_give_the_same_batch_scores_and_rejections(payload: bytes) -> None:
+    assert_same(payload)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(requests(), st.data())
+def test_both_decoders_refuse_the_same_damaged_bytes(payload: bytes, data: st.DataObject) -> None:
+    if not payload:
+        return
+    damaged = bytearray(payload)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
+        damaged[data.draw(st.integers(min_value=0, max_value=len(damaged) - 1))] = data.draw(
+            st.integers(min_value=0, max_value=255)
+        )
+    cut = data.draw(st.integers(min_value=0, max_value=len(damaged)))
+    assert_same(bytes(damaged[:cut]))
+
+
+def test_the_differential_check_sees_a_difference() -> None:
+    # The comparison itself must be able to fail: a request and a different one do not compare equal.
+    one = ExportTraceServiceRequest()
+    s = (
+        one.resource_spans.add()
+        .scope_spans.add()
+        .spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, start_time_unix_nano=T, end_time_unix_nano=T + 5)
+    )
+    s.attributes.extend(key_values([("gen_ai.usage.input_tokens", 3)]))
+    decoded = assert_same(one.SerializeToString())
+    assert decoded is not None and decoded.spans is not None
+    assert decoded.spans["input_tokens"].to_pylist() == [3]
+    s.attributes[0].value.int_value = 4
+    other = decode_traces(one.SerializeToString(), Encoding.PROTOBUF, decoder=Decoder.PYTHON).spans
+    assert other is not None and not other["input_tokens"].equals(decoded.spans["input_tokens"])
