@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -27,7 +28,9 @@ import grpc
 sys.path.insert(0, str(Path(__file__).parent))
 from llm_spans import unique_requests
 
-from collector.decode import Encoding, decode_traces
+from collector.decode import Encoding, choose_decoder, decode_traces
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +51,27 @@ def ceiling(requests: list[bytes], processes: int) -> float:
             started = time.perf_counter()
             n = sum(pool.map(_decode_count, requests, chunksize=4))
     return n / (time.perf_counter() - started)
+
+
+def insert_ceiling(requests: list[bytes], workdir: Path) -> float:
+    """DuckDB alone: rows/s inserting already-decoded batches into a migrated spans table, a commit each."""
+    tables = [decode_traces(r, Encoding.PROTOBUF).spans for r in requests]
+    con = open_database(workdir / "insert-ceiling.duckdb")
+    migrate.upgrade(con)
+    stamp = datetime.now(UTC).replace(tzinfo=None)
+    started = time.perf_counter()
+    rows = 0
+    for table in tables:
+        assert table is not None
+        columns = ", ".join(table.column_names)
+        con.register("batch", table)
+        con.execute(f"INSERT INTO spans ({columns}, ingested_at) SELECT {columns}, ? FROM batch", [stamp])
+        con.unregister("batch")
+        rows += table.num_rows
+    con.execute("CHECKPOINT")
+    seconds = time.perf_counter() - started
+    con.close()
+    return rows / seconds
 
 
 def rss_kib(pid: int) -> int:
@@ -93,9 +117,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_server(db: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+def run_server(db: Path, workdir: Path, settings: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, int]:
     grpc_port, http_port, api_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILWATCH_")}
+    env.update({"TAILWATCH_" + key.upper().replace(".", "__"): value for key, value in settings.items()})
     log = (workdir / "serve.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tailwatch", "serve", "--db", str(db), "--grpc-port", str(grpc_port),
@@ -158,7 +183,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="spans per export request")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     parser.add_argument("--overload-concurrency", type=int, default=128, help="second pass, far past capacity")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a server setting, e.g. ingest.decoder=python"
+    )
     args = parser.parse_args()
+    settings = dict(item.split("=", 1) for item in args.set)
 
     n_requests = args.spans // args.batch
     t0 = (int(time.time()) - 3600) * 10**9
@@ -174,12 +203,14 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="tw-bench-"))
     results = {}
     try:
+        inserts = insert_ceiling(sample, workdir)
+        print(f"DuckDB insert-only ceiling: {inserts:,.0f} rows/s (decoded batches, a commit each)", flush=True)
         for label, concurrency, reqs in (
             ("sustained", args.concurrency, requests),
             ("overload", args.overload_concurrency, requests[: n_requests // 3]),
         ):
             db = workdir / f"{label}.duckdb"
-            proc, grpc_port, _api_port = run_server(db, workdir)
+            proc, grpc_port, _api_port = run_server(db, workdir, settings)
             sampler = RssSampler(proc.pid)
             stats = send_all(f"127.0.0.1:{grpc_port}", reqs, concurrency)
             peak_kib = sampler.stop()
@@ -211,6 +242,10 @@ def main() -> None:
         "ceiling_all_cores": round(ceiling_2),
         "e2e_over_ceiling_all_cores": round(e2e / ceiling_2, 2),
         "e2e_over_ceiling_1_process": round(e2e / ceiling_1, 2),
+        "insert_ceiling": round(inserts),
+        "e2e_over_insert_ceiling": round(e2e / inserts, 2),
+        "decoder": choose_decoder(settings.get("ingest.decoder", "auto")).value,
+        "settings": settings,
         **{f"{k}_{m}": v[m] for k, v in results.items() for m in ("spans_per_s", "peak_rss_mib")},
     }
     print(json.dumps(summary, indent=2))

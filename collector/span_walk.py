@@ -74,14 +74,16 @@ def walk(payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, .
         # The walk below reads a cheaper wire-compatible schema (collector.wire) that leaves fields it
         # skips unchecked; parsing with the official messages first refuses exactly what the compiled
         # decoder's official messages refuse (e.g. invalid UTF-8 in a trace_state).
-        ExportTraceServiceRequest.FromString(payload)
+        official = ExportTraceServiceRequest.FromString(payload)
         request: Any = TraceRequest.FromString(payload)
-        return _walk(request, span_keys, resource_keys)
+        return _walk(request, official, span_keys, resource_keys)
     except (DecodeError, UnicodeDecodeError, IndexError) as exc:
         raise malformed(exc) from None
 
 
-def _walk(request: Any, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]) -> Walked:
+def _walk(
+    request: Any, official: ExportTraceServiceRequest, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]
+) -> Walked:
     rejections = Rejections()
     columns: list[list[Any]] = [[] for _ in WALK_SCHEMA]
     (
@@ -109,19 +111,23 @@ def _walk(request: Any, span_keys: tuple[str, ...], resource_keys: tuple[str, ..
     sort_keys = orjson.OPT_SORT_KEYS
     n_kinds = len(SPAN_KINDS)
 
-    for resource_index, rs in enumerate(request.resource_spans):
+    for resource_index, (rs, official_rs) in enumerate(zip(request.resource_spans, official.resource_spans)):
         resource = attributes_dict(Resource.FromString(rs.resource).attributes)
         resource_json = dumps(resource).decode()
         service = resource.get("service.name")
         service = service if isinstance(service, str) else None
         resource_attrs.append(resource)
-        for ss in rs.scope_spans:
+        for ss, official_ss in zip(rs.scope_spans, official_rs.scope_spans):
             scope = InstrumentationScope.FromString(ss.scope).name or None
-            for s in ss.spans:
+            for s, official_span in zip(ss.spans, official_ss.spans):
                 if not _accepted(s, rejections):
                     continue
                 start, end = s.start_time_unix_nano, s.end_time_unix_nano
                 attrs = {k: any_value(v) for k, v in s.attributes.items()}
+                if len(attrs) < len(official_span.attributes):
+                    # Repeated keys, or a KeyValue with a field the wire map's entry cannot hold (OTLP's newer
+                    # key_strindex, say), which upb drops from the map: read this span the official way.
+                    attrs = attributes_dict(official_span.attributes)
                 kind = s.kind
                 trace_ids.append(s.trace_id.hex())
                 span_ids.append(s.span_id.hex())

@@ -9,6 +9,7 @@ import math
 import pytest
 from builders import T0, kvs, request, span
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -271,3 +272,13 @@ def test_a_rejected_log_record_does_not_stop_the_records_after_it_in_its_scope()
     ]
     assert dict(out.rejections.counts) == {LogRejectReason.MISSING_SPAN_CONTEXT: 2}
     assert (out.ignored, out.items, out.received) == (1, 3, 5)
+
+
+def test_an_attribute_carrying_a_field_newer_than_its_key_and_value_is_kept() -> None:
+    # OTLP added KeyValue.key_strindex (for profiles); a span attribute that sets it must not vanish.
+    s = span()
+    s.attributes.append(KeyValue(key="gen_ai.usage.input_tokens", value=AnyValue(int_value=7), key_strindex=5))
+    spans = decode(request([s]).SerializeToString()).spans
+    assert spans is not None
+    assert json.loads(spans["attributes"][0].as_py()) == {"gen_ai.usage.input_tokens": 7}
+    assert spans["input_tokens"].to_pylist() == [7]

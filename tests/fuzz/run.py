@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 with atheris.instrument_imports(include=["collector", "targets"]):
-    from targets import TARGETS, answer
+    from targets import CORPUS, TARGETS, answer
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
         raise SystemExit(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     found = ROOT / "build" / "fuzz" / target
     found.mkdir(parents=True, exist_ok=True)
-    corpus = HERE / "corpus" / target
+    corpus = HERE / "corpus" / CORPUS[target]
     defaults = ["-timeout=10", "-rss_limit_mb=2048", f"-artifact_prefix={found.parent}/crash-{target}-"]
     argv = [sys.argv[0], *defaults, *flags, str(found), str(corpus)]
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collector.decode import Decoded, Encoding, decode_logs, decode_metrics, decode_traces
+from collector import native_walk
+from collector.decode import Decoded, Decoder, Encoding, decode_logs, decode_metrics, decode_traces
 from collector.errors import MalformedPayload, PayloadTooLarge
 from collector.http_receiver import gunzip
 
@@ -31,10 +32,43 @@ def _target(signal: str, encoding: str) -> Callable[[bytes], Decoded]:
     return lambda data: decode(data, Encoding(encoding))
 
 
+def same_decoding(payload: bytes) -> Decoded:
+    """Decode with the compiled walk and with the Python reference; they must agree on the batch, the
+    scores and the rejections, or both refuse the request (MalformedPayload, raised again here)."""
+    outcomes: list[Decoded | MalformedPayload] = []
+    for decoder in (Decoder.PYTHON, Decoder.NATIVE):
+        try:
+            outcomes.append(decode_traces(payload, Encoding.PROTOBUF, decoder=decoder))
+        except MalformedPayload as exc:
+            outcomes.append(exc)
+    reference, native = outcomes
+    if isinstance(native, MalformedPayload):
+        # A known field sent with the wrong wire type is an unknown field to upb (protobuf's C++ rule) and an
+        # error to prost: the one difference between the parsers, refused only by the compiled decoder.
+        wrong_wire_type = "invalid wire type" in str(native)
+        assert isinstance(reference, MalformedPayload) or wrong_wire_type, f"only the compiled one refused: {native}"
+        raise native
+    assert not isinstance(reference, MalformedPayload), f"only the reference refused it: {reference}"
+    assert reference.spans is not None and native.spans is not None
+    for name in reference.spans.column_names:
+        assert native.spans[name].equals(reference.spans[name]), f"column {name} differs"
+    assert native.scores.equals(reference.scores), "scores differ"
+    assert native.rejections == reference.rejections, "rejections differ"
+    return native
+
+
 TARGETS: dict[str, Callable[[bytes], Decoded]] = {
     f"{signal}_{encoding}": _target(signal, encoding)
     for signal in DECODERS
     for encoding in ("protobuf", "json", "gzip")
+}
+# traces_protobuf runs the default decoder (the compiled one where it is built); these two add the Python
+# reference alone and the two compared on every input. They start from traces_protobuf's corpus.
+TARGETS["traces_reference"] = lambda data: decode_traces(data, Encoding.PROTOBUF, decoder=Decoder.PYTHON)
+if native_walk.AVAILABLE:  # where cargo built it; tests/test_native_decoder.py fails CI if it did not
+    TARGETS["traces_differential"] = same_decoding
+CORPUS = {
+    target: "traces_protobuf" if target in ("traces_reference", "traces_differential") else target for target in TARGETS
 }
 
 
