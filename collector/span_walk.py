@@ -111,15 +111,17 @@ def _walk(
     sort_keys = orjson.OPT_SORT_KEYS
     n_kinds = len(SPAN_KINDS)
 
-    for resource_index, (rs, official_rs) in enumerate(zip(request.resource_spans, official.resource_spans)):
+    for resource_index, (rs, official_rs) in enumerate(
+        zip(request.resource_spans, official.resource_spans, strict=True)
+    ):
         resource = attributes_dict(Resource.FromString(rs.resource).attributes)
         resource_json = dumps(resource).decode()
         service = resource.get("service.name")
         service = service if isinstance(service, str) else None
         resource_attrs.append(resource)
-        for ss, official_ss in zip(rs.scope_spans, official_rs.scope_spans):
+        for ss, official_ss in zip(rs.scope_spans, official_rs.scope_spans, strict=True):
             scope = InstrumentationScope.FromString(ss.scope).name or None
-            for s, official_span in zip(ss.spans, official_ss.spans):
+            for s, official_span in zip(ss.spans, official_ss.spans, strict=True):
                 if not _accepted(s, rejections):
                     continue
                 start, end = s.start_time_unix_nano, s.end_time_unix_nano

@@ -91,7 +91,11 @@ pub fn write_value(out: &mut Vec<u8>, value: Option<&AnyValue>, order: Order) {
         Some(Value::BytesValue(b)) => {
             // OTLP/JSON's convention for bytes, which the Python decoder keeps too.
             out.push(b'"');
-            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(b).as_bytes());
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(b)
+                    .as_bytes(),
+            );
             out.push(b'"');
         }
         Some(Value::ArrayValue(a)) => {
@@ -117,7 +121,7 @@ pub fn write_object(out: &mut Vec<u8>, kvs: &[KeyValue], order: Order) {
         if i > 0 {
             out.push(b',');
         }
-        write_str(out, &kv.0);
+        write_str(out, kv.0);
         out.push(b':');
         write_value(out, kv.1, order);
     }

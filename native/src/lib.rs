@@ -34,9 +34,13 @@ impl ArrowBatch {
         requested_schema: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let _ = requested_schema; // the batch has the one schema it has
-        let batch = self.batch.take().ok_or_else(|| PyRuntimeError::new_err("the batch was already exported"))?;
+        let batch = self
+            .batch
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("the batch was already exported"))?;
         let data = StructArray::from(batch).into_data();
-        let schema = FFI_ArrowSchema::try_from(data.data_type()).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        let schema = FFI_ArrowSchema::try_from(data.data_type())
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         let array = FFI_ArrowArray::new(&data);
         // pyarrow moves the structs out (clearing `release`); a capsule never consumed releases them.
         let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
@@ -49,18 +53,32 @@ fn batch(batch: RecordBatch) -> ArrowBatch {
     ArrowBatch { batch: Some(batch) }
 }
 
-type WalkResult = (ArrowBatch, ArrowBatch, Vec<String>, ArrowBatch, Vec<String>, Vec<(&'static str, u64, String)>);
+type WalkResult = (
+    ArrowBatch,
+    ArrowBatch,
+    Vec<String>,
+    ArrowBatch,
+    Vec<String>,
+    Vec<(&'static str, u64, String)>,
+);
 
 /// Walk one serialized ExportTraceServiceRequest.
 ///
 /// Returns (spans, span_values, span_json_keys, resource_values, resource_json_keys, rejections);
 /// raises ValueError when the bytes are not a valid request.
 #[pyfunction]
-fn walk_traces(py: Python<'_>, payload: &[u8], span_keys: Vec<String>, resource_keys: Vec<String>) -> PyResult<WalkResult> {
+fn walk_traces(
+    py: Python<'_>,
+    payload: &[u8],
+    span_keys: Vec<String>,
+    resource_keys: Vec<String>,
+) -> PyResult<WalkResult> {
     // Parsing and walking touch no Python object: other threads run meanwhile.
     let walked = py.detach(|| {
-        let request = ExportTraceServiceRequest::decode(payload).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        walk::walk(&request, &span_keys, &resource_keys).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+        let request = ExportTraceServiceRequest::decode(payload)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        walk::walk(&request, &span_keys, &resource_keys)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     })?;
     Ok((
         batch(walked.spans),

@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::builder::{BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, StringBuilder};
+use arrow_array::builder::{
+    BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, StringBuilder,
+};
 use arrow_array::types::TimestampNanosecondType;
 use arrow_array::{ArrayRef, NullArray, PrimitiveArray, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
@@ -19,7 +21,14 @@ use crate::json::{held, unique_entries, write_object, write_str, write_u64, writ
 
 /// Span times must stay below 2^63 ns, the range of a nanosecond timestamp (collector/model.py).
 const MAX_TIME_NS: u64 = (1 << 63) - 1;
-const SPAN_KINDS: [&str; 6] = ["UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"];
+const SPAN_KINDS: [&str; 6] = [
+    "UNSPECIFIED",
+    "INTERNAL",
+    "SERVER",
+    "CLIENT",
+    "PRODUCER",
+    "CONSUMER",
+];
 const STATUS_CODES: [&str; 3] = ["UNSET", "OK", "ERROR"];
 
 /// Rejected spans by reason, in the order reasons were first met, each with its first explanation.
@@ -51,16 +60,27 @@ struct Gatherer<'a> {
 
 impl<'a> Gatherer<'a> {
     fn new(keys: &'a [String]) -> Self {
-        let index = keys.iter().enumerate().map(|(i, k)| (k.as_str(), i)).collect();
-        Gatherer { index, columns: (0..keys.len()).map(|_| None).collect(), keys, rows: 0 }
+        let index = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.as_str(), i))
+            .collect();
+        Gatherer {
+            index,
+            columns: (0..keys.len()).map(|_| None).collect(),
+            keys,
+            rows: 0,
+        }
     }
 
     fn add_row(&mut self, entries: &[(&'a String, Option<&'a AnyValue>)]) {
         for (key, value) in entries {
             if let Some(&i) = self.index.get(key.as_str()) {
                 let rows = self.rows;
-                let column = self.columns[i]
-                    .get_or_insert_with(|| Gathered { key: &self.keys[i], values: Vec::new() });
+                let column = self.columns[i].get_or_insert_with(|| Gathered {
+                    key: &self.keys[i],
+                    values: Vec::new(),
+                });
                 column.values.resize(rows, None);
                 column.values.push(*value);
             }
@@ -85,7 +105,10 @@ impl<'a> Gatherer<'a> {
             arrays.push(array);
         }
         let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows));
-        Ok((RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), arrays, &options)?, mixed))
+        Ok((
+            RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), arrays, &options)?,
+            mixed,
+        ))
     }
 }
 
@@ -136,8 +159,16 @@ fn gathered_array(values: &[Option<&AnyValue>]) -> (ArrayRef, bool) {
                     Some(Value::StringValue(s)) => b.append_value(s),
                     Some(value @ Value::BytesValue(_)) => {
                         text.clear();
-                        write_value(&mut text, Some(&AnyValue { value: Some(value.clone()) }), Order::Sent);
-                        b.append_value(std::str::from_utf8(&text[1..text.len() - 1]).unwrap_or_default());
+                        write_value(
+                            &mut text,
+                            Some(&AnyValue {
+                                value: Some(value.clone()),
+                            }),
+                            Order::Sent,
+                        );
+                        b.append_value(
+                            std::str::from_utf8(&text[1..text.len() - 1]).unwrap_or_default(),
+                        );
                     }
                     _ => b.append_null(),
                 }
@@ -146,17 +177,35 @@ fn gathered_array(values: &[Option<&AnyValue>]) -> (ArrayRef, bool) {
         }
         Kind::Int => {
             let mut b = Int64Builder::with_capacity(values.len());
-            values.iter().for_each(|v| b.append_option(if let Some(Value::IntValue(i)) = scalar(v) { Some(*i) } else { None }));
+            values.iter().for_each(|v| {
+                b.append_option(if let Some(Value::IntValue(i)) = scalar(v) {
+                    Some(*i)
+                } else {
+                    None
+                })
+            });
             Arc::new(b.finish())
         }
         Kind::Double => {
             let mut b = Float64Builder::with_capacity(values.len());
-            values.iter().for_each(|v| b.append_option(if let Some(Value::DoubleValue(d)) = scalar(v) { Some(*d) } else { None }));
+            values.iter().for_each(|v| {
+                b.append_option(if let Some(Value::DoubleValue(d)) = scalar(v) {
+                    Some(*d)
+                } else {
+                    None
+                })
+            });
             Arc::new(b.finish())
         }
         Kind::Bool => {
             let mut b = BooleanBuilder::with_capacity(values.len());
-            values.iter().for_each(|v| b.append_option(if let Some(Value::BoolValue(x)) = scalar(v) { Some(*x) } else { None }));
+            values.iter().for_each(|v| {
+                b.append_option(if let Some(Value::BoolValue(x)) = scalar(v) {
+                    Some(*x)
+                } else {
+                    None
+                })
+            });
             Arc::new(b.finish())
         }
         Kind::Mixed => {
@@ -222,7 +271,11 @@ fn id_problem(what: &str, value: &[u8], size: usize) -> String {
     if value.len() == size {
         format!("{what} ids must not be all zeros")
     } else {
-        format!("{what} ids must be {} bit, received {} bits", size * 8, value.len() * 8)
+        format!(
+            "{what} ids must be {} bit, received {} bits",
+            size * 8,
+            value.len() * 8
+        )
     }
 }
 
@@ -236,15 +289,25 @@ fn check(s: &Span, rejections: &mut Rejections) -> bool {
         rejections.add("invalid_span_id", || id_problem("span", sid, 8));
     } else if !parent.is_empty() && parent.len() != 8 {
         rejections.add("invalid_parent_span_id", || {
-            format!("parent span ids must be 64 bit, received {} bits", parent.len() * 8)
+            format!(
+                "parent span ids must be 64 bit, received {} bits",
+                parent.len() * 8
+            )
         });
     } else if start == 0 {
-        rejections.add("missing_start_time", || "start_time_unix_nano is 0".to_string());
+        rejections.add("missing_start_time", || {
+            "start_time_unix_nano is 0".to_string()
+        });
     } else if start > MAX_TIME_NS || end > MAX_TIME_NS {
-        rejections.add("invalid_time", || "span times must be below 2^63 ns".to_string());
+        rejections.add("invalid_time", || {
+            "span times must be below 2^63 ns".to_string()
+        });
     } else if end < start {
         rejections.add("end_before_start", || {
-            format!("end_time_unix_nano is {} ns before start_time_unix_nano", start - end)
+            format!(
+                "end_time_unix_nano is {} ns before start_time_unix_nano",
+                start - end
+            )
         });
     } else {
         return true;
@@ -260,7 +323,12 @@ fn optional(b: &mut StringBuilder, text: &str) {
     }
 }
 
-fn json_list<T>(b: &mut StringBuilder, items: &[T], text: &mut Vec<u8>, write: impl Fn(&mut Vec<u8>, &T)) {
+fn json_list<T>(
+    b: &mut StringBuilder,
+    items: &[T],
+    text: &mut Vec<u8>,
+    write: impl Fn(&mut Vec<u8>, &T),
+) {
     if items.is_empty() {
         b.append_null();
         return;
@@ -283,7 +351,11 @@ fn attributes_member(text: &mut Vec<u8>, kvs: &[KeyValue]) {
     text.push(b'}');
 }
 
-pub fn walk(request: &ExportTraceServiceRequest, span_keys: &[String], resource_keys: &[String]) -> Result<Walked, ArrowError> {
+pub fn walk(
+    request: &ExportTraceServiceRequest,
+    span_keys: &[String],
+    resource_keys: &[String],
+) -> Result<Walked, ArrowError> {
     let mut c = Columns::default();
     let mut rejections = Rejections::default();
     let mut span_values = Gatherer::new(span_keys);
@@ -300,15 +372,18 @@ pub fn walk(request: &ExportTraceServiceRequest, span_keys: &[String], resource_
         resource_json.clear();
         resource_json.push_str(std::str::from_utf8(&text).unwrap_or_default());
         // A text value names the service; bytes count as their base64 text, as in the reference.
-        let service = entries.iter().find(|e| e.0 == "service.name").and_then(|e| match held(e.1) {
-            Some(Value::StringValue(s)) => Some(s.clone()),
-            Some(Value::BytesValue(_)) => {
-                let mut quoted = Vec::new();
-                write_value(&mut quoted, e.1, Order::Sent);
-                Some(String::from_utf8_lossy(&quoted[1..quoted.len() - 1]).into_owned())
-            }
-            _ => None,
-        });
+        let service = entries
+            .iter()
+            .find(|e| e.0 == "service.name")
+            .and_then(|e| match held(e.1) {
+                Some(Value::StringValue(s)) => Some(s.clone()),
+                Some(Value::BytesValue(_)) => {
+                    let mut quoted = Vec::new();
+                    write_value(&mut quoted, e.1, Order::Sent);
+                    Some(String::from_utf8_lossy(&quoted[1..quoted.len() - 1]).into_owned())
+                }
+                _ => None,
+            });
         resource_values.add_row(&entries);
 
         for ss in &rs.scope_spans {
@@ -326,15 +401,28 @@ pub fn walk(request: &ExportTraceServiceRequest, span_keys: &[String], resource_
                     c.parent_span_id.append_value(hex(&s.parent_span_id));
                 }
                 c.name.append_value(&s.name);
-                c.kind.append_value(usize::try_from(s.kind).ok().and_then(|k| SPAN_KINDS.get(k)).unwrap_or(&"UNSPECIFIED"));
+                c.kind.append_value(
+                    usize::try_from(s.kind)
+                        .ok()
+                        .and_then(|k| SPAN_KINDS.get(k))
+                        .unwrap_or(&"UNSPECIFIED"),
+                );
                 // Checked above: both below 2^63.
                 c.start.push(start as i64);
                 c.end.push(end as i64);
                 c.duration_ms.append_value((end - start) as f64 / 1e6);
                 let status = s.status.as_ref();
                 let code = status.map_or(0, |st| st.code);
-                c.status_code.append_value(usize::try_from(code).ok().and_then(|k| STATUS_CODES.get(k)).unwrap_or(&"UNSET"));
-                optional(&mut c.status_message, status.map_or("", |st| st.message.as_str()));
+                c.status_code.append_value(
+                    usize::try_from(code)
+                        .ok()
+                        .and_then(|k| STATUS_CODES.get(k))
+                        .unwrap_or(&"UNSET"),
+                );
+                optional(
+                    &mut c.status_message,
+                    status.map_or("", |st| st.message.as_str()),
+                );
                 match &service {
                     Some(name) => c.service_name.append_value(name),
                     None => c.service_name.append_null(),
@@ -353,7 +441,8 @@ pub fn walk(request: &ExportTraceServiceRequest, span_keys: &[String], resource_
                     write_value(&mut text, *value, Order::Sorted);
                 }
                 text.push(b'}');
-                c.attributes.append_value(std::str::from_utf8(&text).unwrap_or_default());
+                c.attributes
+                    .append_value(std::str::from_utf8(&text).unwrap_or_default());
                 span_values.add_row(&attrs);
                 c.resource.append_value(&resource_json);
 
@@ -421,12 +510,18 @@ pub fn walk(request: &ExportTraceServiceRequest, span_keys: &[String], resource_
     )?;
     let (span_values, span_json_keys) = span_values.finish()?;
     let (resource_values, resource_json_keys) = resource_values.finish()?;
-    Ok(Walked { spans, span_values, span_json_keys, resource_values, resource_json_keys, rejections })
+    Ok(Walked {
+        spans,
+        span_values,
+        span_json_keys,
+        resource_values,
+        resource_json_keys,
+        rejections,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::json::write_f64;
 
     fn float(v: f64) -> String {
