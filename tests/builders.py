@@ -16,9 +16,17 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 T0 = (int(time.time()) // 3600 - 1) * 3600 * 1_000_000_000
 
 
+class Pairs(list[tuple[str, Any]]):
+    """A kvlist value given as (key, value) pairs, so a key may repeat."""
+
+
 def any_value(value: Any) -> AnyValue:
     out = AnyValue()
-    if isinstance(value, bool):
+    if value is None:
+        pass  # an AnyValue with no value set
+    elif isinstance(value, Pairs):
+        out.kvlist_value.values.extend(KeyValue(key=k, value=any_value(v)) for k, v in value)
+    elif isinstance(value, bool):
         out.bool_value = value
     elif isinstance(value, int):
         out.int_value = value

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import Pairs, any_value
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from receivers import NATIVE_INSTALL, require_or_skip
 
@@ -82,30 +83,9 @@ def _pairs(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[list[tuple[str, A
 
 values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=3).map(lambda v: ("array", v)) | _pairs(inner).map(lambda v: ("kv", v)),
+    lambda inner: st.lists(inner, max_size=3) | _pairs(inner).map(Pairs),
     max_leaves=6,
 )
-
-
-def any_value(value: Any) -> AnyValue:
-    out = AnyValue()
-    if value is None:
-        pass  # an AnyValue with no value set
-    elif isinstance(value, tuple) and value[0] == "array":
-        out.array_value.values.extend(any_value(v) for v in value[1])
-    elif isinstance(value, tuple):
-        out.kvlist_value.values.extend(key_values(value[1]))
-    elif isinstance(value, bool):
-        out.bool_value = value
-    elif isinstance(value, int):
-        out.int_value = value
-    elif isinstance(value, float):
-        out.double_value = value
-    elif isinstance(value, bytes):
-        out.bytes_value = value
-    else:
-        out.string_value = value
-    return out
 
 
 def key_values(pairs: list[tuple[str, Any]]) -> list[KeyValue]:
