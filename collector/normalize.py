@@ -387,6 +387,7 @@ def _column(gathered: KeyValues, convert: Converter) -> pa.Array:
     """Convert one gathered source column; Arrow kernels when the values are of the usual type."""
     arr, typ = gathered.values, gathered.values.type
     try:
+        # JSON text (values of mixed kinds) always takes the general path below.
         if gathered.json:
             pass
         elif convert is SECONDS or convert is MILLISECONDS:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from builders import Pairs, any_value
 from hypothesis import HealthCheck, given, settings
@@ -24,9 +25,12 @@ from receivers import NATIVE_INSTALL, require_or_skip
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
 from targets import same_decoding
 
+import collector.decode
 from collector import native_walk
-from collector.decode import Decoded, Decoder, Encoding, decode_traces
+from collector.decode import Decoded, Decoder
 from collector.errors import MalformedPayload
+from collector.normalize import KeyValues
+from collector.span_walk import Walked
 
 
 @pytest.fixture(autouse=True)
@@ -165,8 +169,8 @@ def test_both_decoders_refuse_the_same_damaged_bytes(payload: bytes, data: st.Da
     assert_same(bytes(damaged[:cut]))
 
 
-def test_the_differential_check_sees_a_difference() -> None:
-    # The comparison itself must be able to fail: a request and a different one do not compare equal.
+def test_the_differential_check_fails_when_the_compiled_walk_differs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The comparison itself must be able to fail: plant a one-value difference in the compiled walk's output.
     one = ExportTraceServiceRequest()
     s = (
         one.resource_spans.add()
@@ -174,9 +178,18 @@ def test_the_differential_check_sees_a_difference() -> None:
         .spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, start_time_unix_nano=T, end_time_unix_nano=T + 5)
     )
     s.attributes.extend(key_values([("gen_ai.usage.input_tokens", 3)]))
-    decoded = assert_same(one.SerializeToString())
+    payload = one.SerializeToString()
+    decoded = assert_same(payload)
     assert decoded is not None and decoded.spans is not None
     assert decoded.spans["input_tokens"].to_pylist() == [3]
-    s.attributes[0].value.int_value = 4
-    other = decode_traces(one.SerializeToString(), Encoding.PROTOBUF, decoder=Decoder.PYTHON).spans
-    assert other is not None and not other["input_tokens"].equals(decoded.spans["input_tokens"])
+
+    compiled = native_walk.walk
+
+    def off_by_one(payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]) -> Walked:
+        walked = compiled(payload, span_keys, resource_keys)
+        walked.span_values["gen_ai.usage.input_tokens"] = KeyValues(pa.array([4], pa.int64()))
+        return walked
+
+    monkeypatch.setitem(collector.decode._WALKS, Decoder.NATIVE, off_by_one)
+    with pytest.raises(AssertionError, match="column input_tokens differs"):
+        same_decoding(payload)

@@ -72,6 +72,11 @@ pub fn write_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
+/// Bytes as text: base64, OTLP/JSON's convention for bytes, which the Python decoder keeps too.
+pub fn bytes_text(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// The value an AnyValue holds, if any. A string-table index (OTLP profiles only) means nothing
 /// outside a profile's dictionary: no value, as for the reference decoder.
 pub fn held(value: Option<&AnyValue>) -> Option<&Value> {
@@ -88,16 +93,7 @@ pub fn write_value(out: &mut Vec<u8>, value: Option<&AnyValue>, order: Order) {
         Some(Value::BoolValue(b)) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Some(Value::IntValue(i)) => write_i64(out, *i),
         Some(Value::DoubleValue(d)) => write_f64(out, *d),
-        Some(Value::BytesValue(b)) => {
-            // OTLP/JSON's convention for bytes, which the Python decoder keeps too.
-            out.push(b'"');
-            out.extend_from_slice(
-                base64::engine::general_purpose::STANDARD
-                    .encode(b)
-                    .as_bytes(),
-            );
-            out.push(b'"');
-        }
+        Some(Value::BytesValue(b)) => write_str(out, &bytes_text(b)),
         Some(Value::ArrayValue(a)) => {
             out.push(b'[');
             for (i, v) in a.values.iter().enumerate() {

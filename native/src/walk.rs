@@ -17,7 +17,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use crate::json::{held, unique_entries, write_object, write_str, write_u64, write_value, Order};
+use crate::json::{
+    bytes_text, held, unique_entries, write_object, write_str, write_u64, write_value, Order,
+};
 
 /// Span times must stay below 2^63 ns, the range of a nanosecond timestamp (collector/model.py).
 const MAX_TIME_NS: u64 = (1 << 63) - 1;
@@ -153,23 +155,10 @@ fn gathered_array(values: &[Option<&AnyValue>]) -> (ArrayRef, bool) {
         Kind::None => Arc::new(NullArray::new(values.len())),
         Kind::Str => {
             let mut b = StringBuilder::with_capacity(values.len(), values.len() * 8);
-            let mut text = Vec::new();
             for v in values {
                 match scalar(v) {
                     Some(Value::StringValue(s)) => b.append_value(s),
-                    Some(value @ Value::BytesValue(_)) => {
-                        text.clear();
-                        write_value(
-                            &mut text,
-                            Some(&AnyValue {
-                                value: Some(value.clone()),
-                            }),
-                            Order::Sent,
-                        );
-                        b.append_value(
-                            std::str::from_utf8(&text[1..text.len() - 1]).unwrap_or_default(),
-                        );
-                    }
+                    Some(Value::BytesValue(bytes)) => b.append_value(bytes_text(bytes)),
                     _ => b.append_null(),
                 }
             }
@@ -377,11 +366,7 @@ pub fn walk(
             .find(|e| e.0 == "service.name")
             .and_then(|e| match held(e.1) {
                 Some(Value::StringValue(s)) => Some(s.clone()),
-                Some(Value::BytesValue(_)) => {
-                    let mut quoted = Vec::new();
-                    write_value(&mut quoted, e.1, Order::Sent);
-                    Some(String::from_utf8_lossy(&quoted[1..quoted.len() - 1]).into_owned())
-                }
+                Some(Value::BytesValue(bytes)) => Some(bytes_text(bytes)),
                 _ => None,
             });
         resource_values.add_row(&entries);
