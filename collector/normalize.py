@@ -292,8 +292,6 @@ class Plan:
     """Per canonical field, its sources in priority order; built once, used for every batch."""
 
     sources: dict[str, tuple[Source, ...]]
-    span_keys: frozenset[str]
-    resource_keys: frozenset[str]
     # What a decoder's walk gathers: the plan's keys, and the one key first-token time also reads.
     walk_span_keys: tuple[str, ...]
     walk_resource_keys: tuple[str, ...]
@@ -314,8 +312,6 @@ def build_plan(config: NormalizeConfig) -> Plan:
     resource_keys = frozenset(src.key for src in every if src.scope == "resource")
     return Plan(
         sources={name: tuple(srcs) for name, srcs in sources.items()},
-        span_keys=span_keys,
-        resource_keys=resource_keys,
         walk_span_keys=tuple(sorted(span_keys | {LANGFUSE_COMPLETION_START})),
         walk_resource_keys=tuple(sorted(resource_keys)),
     )
