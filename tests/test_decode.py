@@ -282,3 +282,19 @@ def test_an_attribute_carrying_a_field_newer_than_its_key_and_value_is_kept() ->
     assert spans is not None
     assert json.loads(spans["attributes"][0].as_py()) == {"gen_ai.usage.input_tokens": 7}
     assert spans["input_tokens"].to_pylist() == [7]
+
+
+def test_a_token_count_beyond_exact_floats_is_stored_and_its_ratios_computed() -> None:
+    # 2^53 + 1 has no exact float: the per-token time and cache ratio use the nearest one, the count stays exact.
+    big = 2**53 + 1
+    attributes = {
+        "gen_ai.usage.input_tokens": big,
+        "gen_ai.usage.cache_read.input_tokens": big,
+        "gen_ai.usage.output_tokens": big,
+        "gen_ai.latency.time_to_first_token": 0.1,
+    }
+    spans = decode(request([span(attributes=attributes)]).SerializeToString()).spans
+    assert spans is not None
+    assert spans["input_tokens"].to_pylist() == [big]
+    assert spans["cache_hit_ratio"].to_pylist() == [1.0]
+    assert spans["tpot_ms"][0].is_valid
