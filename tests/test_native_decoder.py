@@ -27,7 +27,7 @@ from targets import same_decoding
 
 import collector.decode
 from collector import native_walk
-from collector.decode import Decoded, Decoder
+from collector.decode import Decoded, Decoder, Encoding, decode_traces
 from collector.errors import MalformedPayload
 from collector.normalize import KeyValues
 from collector.span_walk import Walked
@@ -193,3 +193,8 @@ def test_the_differential_check_fails_when_the_compiled_walk_differs(monkeypatch
     monkeypatch.setitem(collector.decode._WALKS, Decoder.NATIVE, off_by_one)
     with pytest.raises(AssertionError, match="column input_tokens differs"):
         same_decoding(payload)
+
+
+def test_a_request_the_compiled_decoder_cannot_parse_is_malformed_with_the_parser_s_reason() -> None:
+    with pytest.raises(MalformedPayload, match=r"ExportTraceServiceRequest: failed to decode Protobuf message: .+"):
+        decode_traces(b"\x0a\xff", Encoding.PROTOBUF, decoder=Decoder.NATIVE)
