@@ -87,6 +87,34 @@ def test_downgrade_to_base_and_upgrade_again_round_trips(tmp_path: Path) -> None
     con.close()
 
 
+
+def test_attributes_are_stored_zstd_compressed_and_survive_the_rebuild_both_ways(tmp_path: Path) -> None:
+    con = open_database(tmp_path / "m.duckdb")
+    migrate.upgrade(con, "0013")
+    con.execute(
+        "INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code, "
+        "attributes, ingested_at) SELECT 't' || i, 's', 'n', 'SERVER', TIMESTAMP '2026-11-23', "
+        "TIMESTAMP '2026-11-23', 0, 'OK', json_object('gen_ai.request.id', 'chatcmpl-' || i), now() "
+        "FROM range(5000) AS r(i)"
+    )
+
+    def stored() -> list[tuple[str, str]]:
+        return con.execute("SELECT trace_id, attributes->>'gen_ai.request.id' FROM spans ORDER BY ALL").fetchall()
+
+    def compression() -> set[str]:
+        con.execute("CHECKPOINT")
+        rows = con.execute("SELECT compression FROM pragma_storage_info('spans') WHERE column_name = 'attributes'")
+        return {r[0] for r in rows.fetchall()} - {"Constant"}
+
+    before = stored()
+    migrate.upgrade(con)
+    assert compression() == {"ZSTD"}
+    assert stored() == before
+    migrate.downgrade(con, "0013")
+    assert "ZSTD" not in compression()
+    assert stored() == before
+    con.close()
+
 # Alerts as 0007's detectors stored them (four said `score` where the others said `signal`), each with the
 # hold-down count of its group: (alert_id, detector, state, labels, breaches).
 BEFORE_0008 = [
