@@ -37,6 +37,8 @@ TIME_COLUMNS = frozenset({"window_start", "window_end", "evaluated_at"})
 VALUE_COLUMNS: dict[str, frozenset[str]] = {
     "token_latency": frozenset({"reason"}),
     "quantization_delta": frozenset({"baseline_quantization"}),
+    # slo_burn's `severity` is the rule a group breaches now, NULL when none.
+    "slo_burn": frozenset({"severity"}),
 }
 # Rows kept first when a detector has more groups than it may show: breaching ones, then the busiest.
 _PRIORITY = ("breached", "n")
@@ -77,6 +79,12 @@ _COLUMN_HELP: dict[str, tuple[str, str]] = {
     "baseline_latency_p99": ("p99 of e2e latency of the model's baseline variant", "ms"),
     "latency_delta": ("The variant's e2e p99 minus the baseline variant's", "ms"),
     "baseline_score_mean": ("Mean of the score over the baseline variant's requests", "0..1"),
+    "window_seconds": ("Length of the trailing window named by burn_window", "s"),
+    "good": ("Good requests (minutes, for a time-slice SLO) of the SLO's group in the trailing window", "count"),
+    "total": ("Judged requests (minutes, for a time-slice SLO) of the SLO's group in the trailing window", "count"),
+    "burn_rate": ("Bad share over the trailing window divided by the error budget (1 - objective)", "ratio"),
+    "objective": ("The SLO's objective: the share that must be good", "0..1"),
+    "budget_remaining": ("Share of the SLO window's error budget not yet spent (negative once overspent)", "ratio"),
     "score_delta": (
         "The variant's score mean minus the baseline variant's (negative is worse)", "score difference (−1..1)"
     ),
@@ -86,6 +94,7 @@ _DETECTOR_HELP: dict[tuple[str, str], tuple[str, str]] = {
     ("token_latency", "baseline_n"): ("Requests of the group with a tpot over the baseline hours", "count (requests)"),
     ("tenant_fairness", "ratio"): ("The tenant's e2e p99 over the window's aggregate p99", "ratio"),
     ("quantization_delta", "baseline_n"): ("Requests of the model's baseline variant", "count (requests)"),
+    ("slo_burn", "breached"): ("1 when a burn-rate rule breaches for the SLO's group, else 0", "—"),
 }  # fmt: skip
 
 

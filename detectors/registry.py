@@ -11,6 +11,7 @@ from detectors import (
     quantization_delta,
     replica_skew,
     saturation,
+    slo_burn,
     tenant_fairness,
     token_latency,
     traffic_pattern,
@@ -45,6 +46,7 @@ MODULES: tuple[DetectorModule, ...] = (
     saturation,
     quantization_delta,
     context_length,
+    slo_burn,
     # Last: it reads the traffic labels and the firing alerts the detectors above just wrote.
     clusters,
 )

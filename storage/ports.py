@@ -173,7 +173,23 @@ class FiringAlerts:
         return source.firing_alerts()
 
 
-Read = Requests | Scores | RequestSummary | FiringAlerts
+@dataclass(frozen=True)
+class SloCounts:
+    """The per-minute SLO counts slo_burn stored before `before`, summed per (slo, group) over each trailing
+    window [end - seconds, before) in `windows`: `slo`, `tenant_id`, `deployment`, `model`,
+    `window_seconds`, `good`, `total` (requests), `good_slices`, `slices` (minutes with a judged request,
+    and those judged good). Groups with nothing stored in a window have no row for it."""
+
+    end: datetime
+    before: datetime
+    windows: tuple[int, ...]
+    cacheable = False
+
+    def fetch(self, source: WindowSource) -> pa.Table:
+        return source.slo_counts(self)
+
+
+Read = Requests | Scores | RequestSummary | FiringAlerts | SloCounts
 
 
 class WindowSource(Protocol):
@@ -183,6 +199,7 @@ class WindowSource(Protocol):
     def scores(self, read: Scores) -> pa.Table: ...
     def request_summary(self, read: RequestSummary) -> pa.Table: ...
     def firing_alerts(self) -> pa.Table: ...
+    def slo_counts(self, read: SloCounts) -> pa.Table: ...
 
 
 # ---- what the detection pass keeps --------------------------------------------------------------

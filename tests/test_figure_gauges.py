@@ -32,9 +32,10 @@ LABELS: dict[str, tuple[str, ...]] = {
     "saturation": ("bucket", "score_name"),
     "quantization_delta": ("model", "quantization", "score_name"),
     "context_length": ("prompt_bucket", "output_bucket", "score_name"),
+    "slo_burn": ("slo", "tenant_id", "deployment", "model", "burn_window"),
 }
 # String columns that are findings, not groups: never labels.
-FINDINGS = {"token_latency": {"reason"}, "quantization_delta": {"baseline_quantization"}}
+FINDINGS = {"token_latency": {"reason"}, "quantization_delta": {"baseline_quantization"}, "slo_burn": {"severity"}}
 NUMBERS = {"BIGINT", "INTEGER", "HUGEINT", "DOUBLE", "FLOAT", "BOOLEAN"}
 SCENARIOS = ["noisy_neighbor", "replica_drift", "quantization_regression", "long_context"]
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -44,7 +45,9 @@ Series = dict[str, dict[frozenset[tuple[str, str]], float]]
 
 def daily(**extra: Any) -> dict[str, Any]:
     """Detector settings with a daily interval: the service's own scheduler stays out of the test's passes."""
-    return {key: {"interval_seconds": 86400, **extra.get(key, {})} for key in REGISTRY}
+    slo = {"name": "ttft-2s", "objective": 0.99, "sli": {"ttft_ms_max": 2000}, "group_by": ["tenant_id"]}
+    defaults = {"slo_burn": {"slos": [slo]}}
+    return {key: {"interval_seconds": 86400, **defaults.get(key, {}), **extra.get(key, {})} for key in REGISTRY}
 
 
 def send(svc: RunningService, names: list[str], end: datetime, seed: int, history_hours: float) -> None:

@@ -28,7 +28,7 @@ from detectors.registry import REGISTRY, get
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.readers import Reader
 from storage.duckdb.writer import Writer
-from storage.ports import FiringAlerts, Read, Requests, RequestSummary, Scores, WindowSource
+from storage.ports import FiringAlerts, Read, Requests, RequestSummary, Scores, SloCounts, WindowSource
 
 AT = datetime(2026, 11, 20, 12, 0)
 WINDOW = Window(
@@ -275,6 +275,9 @@ class WatchingSource:
 
     def firing_alerts(self) -> pa.Table:
         return self._watch(FiringAlerts(), self._source.firing_alerts)
+
+    def slo_counts(self, read: SloCounts) -> pa.Table:
+        return self._watch(read, lambda: self._source.slo_counts(read))
 
 
 def test_a_pass_reads_what_two_detectors_share_once_and_lets_go_of_each_read_after_its_last_use(

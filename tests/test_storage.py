@@ -87,7 +87,6 @@ def test_downgrade_to_base_and_upgrade_again_round_trips(tmp_path: Path) -> None
     con.close()
 
 
-
 def test_attributes_are_stored_zstd_compressed_and_survive_the_rebuild_both_ways(tmp_path: Path) -> None:
     con = open_database(tmp_path / "m.duckdb")
     migrate.upgrade(con, "0013")
@@ -114,6 +113,7 @@ def test_attributes_are_stored_zstd_compressed_and_survive_the_rebuild_both_ways
     assert "ZSTD" not in compression()
     assert stored() == before
     con.close()
+
 
 # Alerts as 0007's detectors stored them (four said `score` where the others said `signal`), each with the
 # hold-down count of its group: (alert_id, detector, state, labels, breaches).

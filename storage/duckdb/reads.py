@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.model import ENGINE_FLEET, ENGINE_REPLICA
-from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores, Window
+from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores, SloCounts, Window
 
 # DuckDB computes the key each frame carries: one 64-bit integer per request instead of two strings.
 _KEY = "hash(trace_id, span_id) AS request_key"
@@ -192,6 +192,31 @@ class DuckDBWindowSource:
 
     def firing_alerts(self) -> pa.Table:
         return self.arrow("SELECT alert_id, detector, labels FROM alerts WHERE state = 'firing' ORDER BY alert_id")
+
+    def slo_counts(self, read: SloCounts) -> pa.Table:
+        if not read.windows:
+            raise ValueError("SloCounts needs at least one trailing window")
+        # One scan of the longest window; each shorter one is a filter of the same rows.
+        windows = ", ".join(f"({int(s)})" for s in read.windows)
+        return self.arrow(
+            f"""
+            WITH w(seconds) AS (VALUES {windows}),
+            -- A minute two evaluations counted (a replay, overlapping windows): the latest count, not both.
+            m AS (
+                SELECT slo, tenant_id, deployment, model, minute, arg_max(good, evaluated_at) AS good,
+                       arg_max(total, evaluated_at) AS total, arg_max(good_slice, evaluated_at) AS good_slice
+                FROM slo_burn_minutes
+                WHERE minute >= ?::TIMESTAMP - to_seconds(?) AND minute < ?::TIMESTAMP
+                GROUP BY ALL
+            )
+            SELECT slo, tenant_id, deployment, model, w.seconds AS window_seconds,
+                   sum(good)::BIGINT AS good, sum(total)::BIGINT AS total,
+                   count(*) FILTER (WHERE good_slice)::BIGINT AS good_slices, count(*)::BIGINT AS slices
+            FROM m JOIN w ON m.minute >= ?::TIMESTAMP - to_seconds(w.seconds)
+            GROUP BY ALL
+            """,
+            (read.end, max(read.windows), read.before, read.end),
+        )
 
 
 class DuckDBAlertQueries:
