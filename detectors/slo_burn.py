@@ -19,9 +19,9 @@ Definitions, per SLO and group:
 
 Incremental: each evaluation counts only its own window's requests, per minute, and stores them in
 `slo_burn_minutes`; the trailing windows are those stored counts plus this window's, so a 30-day window
-never rescans 30 days of spans. Windows end on a whole minute, so every stored minute is whole; where
-two evaluations counted the same minute (windows longer than the interval, a replay, an evaluation off
-the schedule), the latest evaluation's count is the one read, never their sum. The window follows the
+never rescans 30 days of spans. Windows end on a whole minute, so every stored minute is whole; a minute
+counted again (windows longer than the interval, a replay, an evaluation off the schedule) replaces
+the stored count, so no sum counts it twice. The window follows the
 interval unless set (setting `interval_seconds` alone moves both) and may not be shorter, or minutes
 would go uncounted. A window the scheduler never evaluated (the service was down) stays a gap until
 `detect --once --at T` replays it.

@@ -33,6 +33,9 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 TOKEN = "console-test-token"
 # Only the passes the seed runs: the scheduler's own would evaluate the empty minutes after the seed.
 NO_SCHEDULE = {"detectors": {key: {"interval_seconds": 86_400} for key in REGISTRY}}
+NO_SCHEDULE["detectors"]["slo_burn"]["slos"] = [
+    {"name": "ttft-5s", "objective": 0.99, "sli": {"ttft_ms_max": 5000}, "group_by": ["tenant_id"]}
+]
 
 
 def chromium() -> str:
@@ -96,7 +99,7 @@ class Console:
     def points(self, chart: str, series: str, selector: str = "circle.pt") -> dict[str, float]:
         """What a chart drew for one series: x (an ISO time or a category) -> value."""
         return self.page.eval_on_selector_all(
-            f"svg[data-chart='{chart}'] {selector}[data-series={json.dumps(series)}]",
+            f"svg[data-chart='{chart}'] {selector}[data-series={json.dumps(series, ensure_ascii=False)}]",
             "els => Object.fromEntries(els.map(e => [e.dataset.x, Number(e.dataset.v)]))",
         )
 
@@ -197,6 +200,13 @@ def test_the_tenant_chart_shows_the_small_tenant_above_every_tenant_together(
     assert drawn[last] > 1.4 * everyone[last]  # the noisy neighbour's burst, against the aggregate
     jain = console.points("jain", "Jain's index")
     assert all(0 < v <= 1 for v in jain.values()) and jain
+    # The tenant's SLO: its burn rate over the hour and its budget left, as slo_burn stored them.
+    slo = get(svc, "/v1/figures/slo_burn?from=2000-01-01T00:00:00Z&burn_window=1h&tenant_id=smallco")["rows"]
+    assert slo
+    burn = console.points("slo-burn", "ttft-5s · smallco")
+    assert burn == {iso(r["window_end"]): r["burn_rate"] for r in slo}
+    budget = console.points("slo-budget", "ttft-5s · smallco")
+    assert budget == {iso(r["window_end"]): r["budget_remaining"] for r in slo}
 
 
 def test_the_curves_show_the_cache_cliff_the_worse_variant_and_the_long_contexts(

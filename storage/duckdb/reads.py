@@ -196,27 +196,18 @@ class DuckDBWindowSource:
     def slo_counts(self, read: SloCounts) -> pa.Table:
         if not read.windows:
             raise ValueError("SloCounts needs at least one trailing window")
-        # One scan of the longest window; each shorter one is a filter of the same rows.
-        windows = ", ".join(f"({int(s)})" for s in read.windows)
-        return self.arrow(
-            f"""
-            WITH w(seconds) AS (VALUES {windows}),
-            -- A minute two evaluations counted (a replay, overlapping windows): the latest count, not both.
-            m AS (
-                SELECT slo, tenant_id, deployment, model, minute, arg_max(good, evaluated_at) AS good,
-                       arg_max(total, evaluated_at) AS total, arg_max(good_slice, evaluated_at) AS good_slice
-                FROM slo_burn_minutes
-                WHERE minute >= ?::TIMESTAMP - to_seconds(?) AND minute < ?::TIMESTAMP
-                GROUP BY ALL
-            )
-            SELECT slo, tenant_id, deployment, model, w.seconds AS window_seconds,
+        # Each stored minute is counted once (the writer replaces a recounted minute), so a window is a sum;
+        # one aggregate per window lets the shorter ones skip the older row groups by their min-max stats.
+        one = """
+            SELECT slo, tenant_id, deployment, model, {seconds}::BIGINT AS window_seconds,
                    sum(good)::BIGINT AS good, sum(total)::BIGINT AS total,
                    count(*) FILTER (WHERE good_slice)::BIGINT AS good_slices, count(*)::BIGINT AS slices
-            FROM m JOIN w ON m.minute >= ?::TIMESTAMP - to_seconds(w.seconds)
+            FROM slo_burn_minutes WHERE minute >= ?::TIMESTAMP - to_seconds({seconds}) AND minute < ?::TIMESTAMP
             GROUP BY ALL
-            """,
-            (read.end, max(read.windows), read.before, read.end),
-        )
+        """
+        seconds = [int(s) for s in read.windows]
+        sql = " UNION ALL ".join(one.format(seconds=s) for s in seconds)
+        return self.arrow(sql, tuple(v for _ in seconds for v in (read.end, read.before)))
 
 
 class DuckDBAlertQueries:

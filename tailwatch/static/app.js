@@ -244,6 +244,31 @@ async function tenants(r, params) {
     timeChart('tenant-ttft', 'Time-to-first-token p99 per tenant against every tenant together', { from: r.from, to: r.to, unit: 'ms', series: lines('ttft_p99', 'aggregate_ttft_p99') }),
     timeChart('jain', "Jain's fairness index of the tenants' p99s (1 is perfectly even)", { from: r.from, to: r.to,
       series: [{ name: "Jain's index", points: windows.map((x) => ({ t: t(x.window_end), v: x.jain_index })) }] }),
+    ...await sloCharts(r, chosen),
+  ];
+}
+
+// The per-tenant SLOs (slo_burn): each SLO and tenant's burn rate over the last hour, and its budget left.
+async function sloCharts(r, chosen) {
+  const rows = (await figures('slo_burn', r.from, r.to, { burn_window: '1h',
+    columns: 'window_end,slo,tenant_id,burn_rate,budget_remaining' })).rows;
+  if (!rows.length) {
+    return [h('section', {}, h('h2', {}, 'SLOs'), h('p', { class: 'muted' },
+      'No SLO figures in this range: SLOs are configured under detectors.slo_burn.slos (docs/detectors.md#slo_burn).'))];
+  }
+  const name = (x) => (x.tenant_id === null ? x.slo : `${x.slo} · ${x.tenant_id}`);
+  const mine = chosen ? rows.filter((x) => x.tenant_id === chosen || x.tenant_id === null) : rows;
+  const byName = new Map();
+  for (const x of mine) (byName.get(name(x)) || byName.set(name(x), []).get(name(x))).push(x);
+  // The worst first: the least budget left at the latest window.
+  const last = (xs) => xs.reduce((a, b) => (b.window_end > a.window_end ? b : a));
+  const shown = [...byName.keys()].sort((a, b) => last(byName.get(a)).budget_remaining - last(byName.get(b)).budget_remaining).slice(0, 8);
+  const lines = (field) => shown.map((n) => ({ name: n, points: byName.get(n).map((x) => ({ t: t(x.window_end), v: x[field] })) }));
+  return [
+    h('h2', {}, 'SLOs'),
+    timeChart('slo-burn', 'Error-budget burn rate over the last hour, per SLO and tenant (14.4 pages when the last 5 minutes agree)', {
+      from: r.from, to: r.to, unit: '×', series: lines('burn_rate') }),
+    timeChart('slo-budget', 'Share of the error budget left over the SLO window', { from: r.from, to: r.to, series: lines('budget_remaining') }),
   ];
 }
 
