@@ -1279,6 +1279,30 @@ CREATE VIEW replica_comparison_hourly AS SELECT * FROM replica_comparison_hourly
 CREATE VIEW request_traffic_patterns AS SELECT * FROM request_traffic_patterns_between(CAST('-infinity' AS
     TIMESTAMP), CAST('infinity' AS TIMESTAMP));
 
+-- slo_status:
+--   slo VARCHAR
+--   tenant_id VARCHAR
+--   deployment VARCHAR
+--   model VARCHAR
+--   window_end TIMESTAMP
+--   objective DOUBLE
+--   budget_remaining DOUBLE
+--   breached BOOLEAN
+--   severity VARCHAR
+--   burn_5m DOUBLE
+--   burn_30m DOUBLE
+--   burn_1h DOUBLE
+--   burn_6h DOUBLE
+--   burn_3d DOUBLE
+CREATE VIEW slo_status AS WITH latest AS (SELECT slo, max(window_end) AS window_end FROM slo_burn GROUP BY slo)
+    SELECT b.slo, b.tenant_id, b.deployment, b.model, b.window_end, any_value(b.objective) AS objective,
+    any_value(b.budget_remaining) AS budget_remaining, bool_or(b.breached) AS breached, any_value(b.severity) AS
+    severity, max(b.burn_rate) FILTER (WHERE (b.burn_window = '5m')) AS burn_5m, max(b.burn_rate) FILTER (WHERE
+    (b.burn_window = '30m')) AS burn_30m, max(b.burn_rate) FILTER (WHERE (b.burn_window = '1h')) AS burn_1h,
+    max(b.burn_rate) FILTER (WHERE (b.burn_window = '6h')) AS burn_6h, max(b.burn_rate) FILTER (WHERE (b.burn_window
+    = '3d')) AS burn_3d FROM (slo_burn AS b INNER JOIN latest USING (slo, window_end)) GROUP BY b.slo, b.tenant_id,
+    b.deployment, b.model, b.window_end;
+
 -- tenant_latency_5m:
 --   window_start TIMESTAMP
 --   window_end TIMESTAMP

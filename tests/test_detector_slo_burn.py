@@ -128,6 +128,14 @@ def test_a_fast_burn_pages_within_one_evaluation_of_the_5_minute_window_filling_
     assert rate_5m == pytest.approx(200)
     assert rate_1h == pytest.approx((8 / 300) / 0.001)  # 8 bad of the hour's 300 requests
     assert left == pytest.approx(1 - (8 / 1840) / 0.001)  # the 30-day window holds the 368 minutes planted
+    status = fleet.rows(
+        "SELECT slo, tenant_id, severity, round(burn_5m), round(burn_1h, 1) FROM slo_status ORDER BY ALL NULLS FIRST"
+    )
+    assert status == [
+        ("ttft-2s", "acme", None, 0.0, 0.0),
+        ("ttft-2s", "smallco", "critical", 200.0, 26.7),
+        ("ttft-2s-all", None, None, 2.0, 0.3),
+    ]
     [(summary,)] = fleet.rows("SELECT summary FROM alerts WHERE state = 'firing'")
     assert summary.startswith(
         "SLO ttft-2s (ttft_ms <= 2000, objective 0.999) for tenant_id smallco: error budget burning 26.7x over 1h "
