@@ -41,6 +41,10 @@ class Unavailable(ExportError):
     refusal = RequestRefusal.UNAVAILABLE
 
 
+class BodyTimedOut(ExportError):
+    refusal = RequestRefusal.TIMED_OUT
+
+
 @dataclass(frozen=True)
 class Mapping:
     grpc_code: grpc.StatusCode
@@ -56,4 +60,6 @@ STATUS: dict[RequestRefusal, Mapping] = {
     RequestRefusal.TOO_LARGE: Mapping(grpc.StatusCode.RESOURCE_EXHAUSTED, 413, retryable=False),
     RequestRefusal.OVERLOADED: Mapping(grpc.StatusCode.UNAVAILABLE, 503, retryable=True),
     RequestRefusal.UNAVAILABLE: Mapping(grpc.StatusCode.UNAVAILABLE, 503, retryable=True),
+    # HTTP only (gRPC has its own flow control): a client that stalls mid-body is not waiting for an answer.
+    RequestRefusal.TIMED_OUT: Mapping(grpc.StatusCode.DEADLINE_EXCEEDED, 408, retryable=False),
 }

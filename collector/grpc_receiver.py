@@ -1,18 +1,18 @@
-"""OTLP/gRPC receiver: the Trace, Logs and Metrics services' Export on a sync gRPC server, raw bytes in and out.
+"""OTLP/gRPC receiver: the Trace, Logs and Metrics services' Export on an asyncio gRPC server, raw bytes in and out.
 
 Requests are not deserialized by gRPC: the bytes go to the shared decoder (possibly in another
-process), so the receiver thread only waits for the durable write.
+process), and the call awaits the durable write without holding a thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent import futures
+import asyncio
+from collections.abc import Awaitable, Callable
 
 import grpc
 
 from collector.decode import Encoding, Signal
-from collector.errors import STATUS, ExportError
+from collector.errors import STATUS, ExportError, Overloaded
 from collector.pipeline import IngestPipeline
 from collector.responses import error_status, export_response
 
@@ -24,6 +24,8 @@ SERVICES = {
 
 
 class GrpcReceiver:
+    """Runs on the service's event loop (grpc.aio): a call is handled as soon as its request has arrived."""
+
     def __init__(
         self,
         pipeline: IngestPipeline,
@@ -36,10 +38,12 @@ class GrpcReceiver:
     ) -> None:
         self._pipeline = pipeline
         self._retry_after = retry_after_seconds
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_concurrent_requests, thread_name_prefix="tailwatch-grpc"),
-            # Beyond this gRPC itself answers RESOURCE_EXHAUSTED; it bounds the request bytes held in memory.
-            maximum_concurrent_rpcs=max_concurrent_requests * 2,
+        # Counted here rather than by gRPC's own `maximum_concurrent_rpcs`: past that, gRPC answers
+        # RESOURCE_EXHAUSTED without RetryInfo, which the OTLP spec tells exporters not to retry (the
+        # Collector's drops the batch). Past this, the call is refused as overloaded, with the retry hint.
+        self._limit = max_concurrent_requests * 2
+        self._active = 0
+        self._server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 # gRPC enables SO_REUSEPORT by default on Linux, which would let a second Tailwatch bind
@@ -60,21 +64,34 @@ class GrpcReceiver:
         except RuntimeError as exc:  # grpcio's only signal that the bind failed (a port in use, a bad host)
             raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}: {exc}") from None
 
-    def start(self) -> None:
-        self._server.start()
+    async def start(self) -> None:
+        await self._server.start()
 
-    def stop(self, grace: float) -> None:
+    async def stop(self, grace: float) -> None:
         """Stop taking RPCs and wait up to `grace` seconds for the running ones to answer."""
-        self._server.stop(grace).wait()
+        await self._server.stop(grace)
 
-    def _exporter(self, signal: Signal) -> Callable[[bytes, grpc.ServicerContext], bytes]:
-        def export(request: bytes, context: grpc.ServicerContext) -> bytes:
+    def _exporter(self, signal: Signal) -> Callable[[bytes, grpc.aio.ServicerContext[bytes, bytes]], Awaitable[bytes]]:
+        async def export(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             try:
-                result = self._pipeline.submit(signal, request, Encoding.PROTOBUF, "grpc").result()
+                if self._active >= self._limit:
+                    raise self._pipeline.count_refusal(
+                        signal, "grpc", Overloaded(f"more than {self._limit} OTLP/gRPC requests at once; retry later")
+                    )
+                self._active += 1
+                try:
+                    result = await asyncio.wrap_future(
+                        self._pipeline.submit(signal, request, Encoding.PROTOBUF, "grpc")
+                    )
+                finally:
+                    self._active -= 1
             except ExportError as exc:
                 status = error_status(exc, self._retry_after)
-                context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
-                context.abort(STATUS[exc.refusal].grpc_code, exc.message)
+                await context.abort(
+                    STATUS[exc.refusal].grpc_code,
+                    exc.message,
+                    trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
+                )
             response: bytes = export_response(signal, result).SerializeToString()
             return response
 

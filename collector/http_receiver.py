@@ -14,7 +14,14 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from collector.decode import Encoding, Signal
-from collector.errors import STATUS, ExportError, MalformedPayload, PayloadTooLarge, UnsupportedMediaType
+from collector.errors import (
+    STATUS,
+    BodyTimedOut,
+    ExportError,
+    MalformedPayload,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
 from collector.pipeline import IngestPipeline
 from collector.reasons import RequestRefusal
 from collector.responses import encode, error_status, export_response
@@ -26,10 +33,13 @@ _READ_CHUNK = 1 << 16
 class HttpReceiver:
     """aiohttp routes for the OTLP/HTTP port; the caller runs the app."""
 
-    def __init__(self, pipeline: IngestPipeline, *, max_body_bytes: int, retry_after_seconds: int) -> None:
+    def __init__(
+        self, pipeline: IngestPipeline, *, max_body_bytes: int, retry_after_seconds: int, read_timeout_seconds: float
+    ) -> None:
         self._pipeline = pipeline
         self._max_bytes = max_body_bytes
         self._retry_after = retry_after_seconds
+        self._read_timeout = read_timeout_seconds
 
     def app(self) -> web.Application:
         # aiohttp would inflate gzip bodies itself, with no bound on the inflated size; `gunzip` has one.
@@ -68,14 +78,12 @@ class HttpReceiver:
         limit = self._max_bytes
         if request.content_length is not None and request.content_length > limit:
             raise PayloadTooLarge(f"request body of {request.content_length} bytes exceeds the {limit}-byte limit")
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := await request.content.read(_READ_CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-            chunks.append(chunk)
-        body = b"".join(chunks)
+        try:
+            # A client that stops sending mid-body would otherwise hold its connection and buffer forever.
+            async with asyncio.timeout(self._read_timeout):
+                body = await self._read(request, limit)
+        except TimeoutError:
+            raise BodyTimedOut(f"the request body did not arrive within {self._read_timeout:g} s") from None
         content_encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if content_encoding == "gzip":
             return await asyncio.get_running_loop().run_in_executor(None, gunzip, body, limit)
@@ -83,13 +91,24 @@ class HttpReceiver:
             raise UnsupportedMediaType(f"Content-Encoding {content_encoding!r} is not supported; use gzip or none")
         return body
 
+    @staticmethod
+    async def _read(request: web.Request, limit: int) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.read(_READ_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     def _error(self, exc: ExportError, encoding: Encoding) -> web.Response:
         mapping = STATUS[exc.refusal]
         payload, content_type = encode(error_status(exc, self._retry_after), encoding)
         headers = {"Retry-After": str(self._retry_after)} if mapping.retryable else {}
         response = web.Response(status=mapping.http_status, body=payload, content_type=content_type, headers=headers)
-        if exc.refusal is RequestRefusal.TOO_LARGE:
-            # The rest of an oversize body is not read; close rather than leave it in the connection.
+        if exc.refusal in (RequestRefusal.TOO_LARGE, RequestRefusal.TIMED_OUT):
+            # The rest of the body is not read; close rather than leave it in the connection.
             response.force_close()
         return response
 

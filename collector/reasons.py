@@ -35,6 +35,8 @@ class RequestRefusal(StrEnum):
     """The ingest queue is full; the client should retry later (503 / UNAVAILABLE with a retry hint)."""
     UNAVAILABLE = "unavailable"
     """The service is shutting down or a decoder worker failed; retryable."""
+    TIMED_OUT = "timed_out"
+    """OTLP/HTTP: the body did not arrive within ingest.http_read_timeout_seconds (408, connection closed)."""
 
 
 class LogRejectReason(StrEnum):

@@ -26,6 +26,7 @@ from storage.duckdb.readers import Reader
 from storage.duckdb.writer import Writer
 from tailwatch.api import api_app
 from tailwatch.compose import detection_pass, notifier, open_storage, scraper
+from tailwatch.connections import ConnectionGuard, ConnectionMetrics, MalformedRequestFilter
 from tailwatch.settings import Settings
 
 log = logging.getLogger("tailwatch")
@@ -57,6 +58,9 @@ class Service:
         self._scheduler: BackgroundScheduler | None = None
         self._notifier: Notifier | None = None
         self._scraper: Scraper | None = None
+        self._guards: list[ConnectionGuard] = []
+        self._connection_metrics = ConnectionMetrics(self.registry)
+        self._malformed_filter = MalformedRequestFilter(self._connection_metrics)
         self.detection: DetectionPass | None = None
         self._ready = False
         self._stopped = False
@@ -83,6 +87,7 @@ class Service:
     async def start(self) -> None:
         s = self.settings
         started = time.perf_counter()
+        logging.getLogger("aiohttp.server").addFilter(self._malformed_filter)
         self._storage = storage = open_storage(s, self.registry)
         ingest_metrics = IngestMetrics(self.registry)
         self._pipeline = IngestPipeline(
@@ -103,13 +108,14 @@ class Service:
             retry_after_seconds=s.ingest.retry_after_seconds,
         )
         self.grpc_port = self._grpc.port
-        self._grpc.start()
+        await self._grpc.start()
         http = HttpReceiver(
             self._pipeline,
             max_body_bytes=s.ingest.max_request_bytes,
             retry_after_seconds=s.ingest.retry_after_seconds,
+            read_timeout_seconds=s.ingest.http_read_timeout_seconds,
         )
-        self._http_runner, self.http_port = await self._serve(http.app(), s.http_port)
+        self._http_runner, self.http_port = await self._serve(http.app(), s.http_port, "otlp_http")
         self._notifier = notifier(s, self.registry)
         self.detection = detection_pass(s, storage, sink=self._notifier, registry=self.registry)
         app = api_app(
@@ -124,7 +130,7 @@ class Service:
             tls=(tls := _tls(s)) is not None,
             facts={"decoder": self._pipeline.decoder.value},
         )
-        self._api_runner, self.api_port = await self._serve(app, s.api_port, tls=tls)
+        self._api_runner, self.api_port = await self._serve(app, s.api_port, "api", tls=tls)
         self._scheduler = BackgroundScheduler(
             timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 60}
         )
@@ -158,12 +164,24 @@ class Service:
         )  # fmt: skip
 
     async def _serve(
-        self, app: web.Application, port: int, tls: ssl.SSLContext | None = None
+        self, app: web.Application, port: int, name: str, tls: ssl.SSLContext | None = None
     ) -> tuple[web.AppRunner, int]:
+        ingest = self.settings.ingest
+        guard = ConnectionGuard(
+            name,
+            idle_seconds=ingest.http_idle_timeout_seconds,
+            max_connections=ingest.http_max_connections,
+            metrics=self._connection_metrics,
+        )
+        app.middlewares.append(guard.middleware)
         runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=self.settings.shutdown_grace_seconds
         )
         await runner.setup()
+        assert runner.server is not None
+        guard.watch(runner.server)
+        guard.start()
+        self._guards.append(guard)
         site = web.TCPSite(runner, self.settings.host, port, reuse_port=False, ssl_context=tls)
         await site.start()
         _host, bound = runner.addresses[0][:2]
@@ -198,7 +216,7 @@ class Service:
         if self._scraper is not None:
             await loop.run_in_executor(None, self._scraper.stop)
         # Close both OTLP ports first; requests already inside get `grace` seconds to be answered.
-        stops: list[Awaitable[None]] = [loop.run_in_executor(None, self._grpc.stop, grace)] if self._grpc else []
+        stops: list[Awaitable[None]] = [self._grpc.stop(grace)] if self._grpc else []
         if self._http_runner is not None:
             stops.append(self._http_runner.cleanup())
         await asyncio.gather(*stops)
@@ -208,6 +226,9 @@ class Service:
             await loop.run_in_executor(None, self._storage.stop_writes)
         if self._api_runner is not None:
             await self._api_runner.cleanup()
+        for guard in self._guards:
+            await guard.stop()
+        logging.getLogger("aiohttp.server").removeFilter(self._malformed_filter)
         if self._notifier is not None:
             await loop.run_in_executor(None, self._notifier.flush, 5.0)
             self._notifier.close()

@@ -70,7 +70,27 @@ class IngestSettings(_Section):
         ge=1,
         description="Decoded spans waiting for the writer; past it requests get 503 / UNAVAILABLE.",
     )
-    max_concurrent_requests: int = Field(32, ge=1, le=1024, description="Concurrent OTLP/gRPC requests handled.")
+    max_concurrent_requests: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description="OTLP/gRPC requests in progress at once is twice this; past it a request is refused as "
+        "retryable (UNAVAILABLE with RetryInfo).",
+    )
+    http_read_timeout_seconds: float = Field(
+        60.0, gt=0, description="OTLP/HTTP: a request body not received within this is refused (408) and closed."
+    )
+    http_idle_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="OTLP/HTTP and API ports: a connection with no request being handled (idle, or still sending "
+        "its headers) is closed after this.",
+    )
+    http_max_connections: int = Field(
+        4096,
+        ge=1,
+        description="OTLP/HTTP and API ports, each: connections open at once; past it a new one is closed on accept.",
+    )
     retry_after_seconds: int = Field(1, ge=1, le=3600, description="Retry hint sent with retryable refusals.")
     dedup_window_seconds: float = Field(
         300.0,
