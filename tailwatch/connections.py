@@ -89,7 +89,8 @@ class ConnectionGuard:
         try:
             return await handler(request)
         finally:
-            left = self._busy.pop(connection) - 1
+            # Absent when the client hung up while it was handled (connection_lost forgot it already).
+            left = self._busy.pop(connection, 1) - 1
             if left:
                 self._busy[connection] = left
             elif connection.transport is not None:
