@@ -37,6 +37,7 @@ def open_storage(settings: Settings, registry: CollectorRegistry | None = None) 
         sql_timeout_seconds=settings.sql.timeout_seconds,
         sql_max_rows=settings.sql.max_rows,
         registry=registry,
+        reserve_bytes=s.reserve_mb * 2**20,
     )
 
 

@@ -123,6 +123,12 @@ class StorageSettings(_Section):
     )
     retention_days: float = Field(7.0, gt=0, description="Spans whose end_time is older than this are deleted.")
     retention_interval_seconds: int = Field(3600, ge=10, description="How often expired spans are deleted.")
+    reserve_mb: int = Field(
+        256,
+        ge=0,
+        description="Space held in <db>.reserve while the filesystem has room, given up when it is full so that "
+        "retention can delete and checkpoint; at least checkpoint_threshold. 0: none.",
+    )
 
 
 class AlertingSettings(_Section):

@@ -5,16 +5,20 @@ spans again when space returns, without a restart."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from builders import request, span
 from conftest import RunningService, service_settings
 from receivers import require_or_skip
+
+from storage.duckdb.space import DiskSpace
 
 PROTOBUF = "application/x-protobuf"
 BATCH = 500
@@ -89,3 +93,46 @@ def test_a_full_disk_refuses_as_retryable_loses_nothing_tells_once_and_recovers(
         assert post(svc, batch(i)) == (200, None)
         assert svc.rows("SELECT count(*) FROM spans") == [(acked + BATCH,)]
         assert any("space again" in r.getMessage() for r in caplog.records)
+
+
+def test_on_a_full_disk_retention_frees_space_and_spans_are_taken_again(small_disk: Path) -> None:
+    """The filesystem never grows: spans older than the retention age are all that can make room. Deleting
+    them needs a little WAL space itself; then new spans go into the blocks they freed."""
+    now_ns = int(datetime.now(UTC).timestamp() * 1e9)
+    old = now_ns - 9 * 86_400 * 10**9
+
+    def aged(i: int, start: int) -> bytes:
+        attrs = {"gen_ai.request.model": "m", "payload": f"{i}-" + os.urandom(600).hex()}
+        return request([span(start=start, attributes=attrs) for _ in range(BATCH)]).SerializeToString()
+
+    settings = service_settings(small_disk / "tailwatch.duckdb", ingest={"decode_workers": 0})
+    with RunningService(settings) as svc:
+        i = 0
+        while post(svc, aged(i, old))[0] == 200:
+            i += 1
+            assert i < 400, "the disk never filled"
+        assert ready(svc) == 503
+        stored_old = svc.rows("SELECT count(*) FROM spans")[0][0]
+        assert stored_old > 0
+
+        assert svc.service.enforce_retention() == stored_old
+        assert ready(svc) == 200
+        fresh = 0
+        while fresh < stored_old // BATCH // 2 and post(svc, aged(i, now_ns))[0] == 200:
+            fresh += 1
+            i += 1
+        assert fresh == stored_old // BATCH // 2  # half as much again fits where the old spans were
+        assert svc.rows("SELECT count(*) FROM spans") == [(fresh * BATCH,)]
+
+
+def test_the_reserve_takes_at_most_half_the_free_space_and_is_given_up_whole(tmp_path: Path) -> None:
+    reserve = tmp_path / "tailwatch.duckdb.reserve"
+    free = {"bytes": 20 << 20}
+    disk = DiskSpace(tmp_path, lambda _: free["bytes"], reserve=reserve, reserve_bytes=64 << 20)
+    assert disk.keep_reserve() == 10 << 20  # half of 20 MiB free, not the 64 asked for
+    free["bytes"] = 200 << 20
+    assert disk.keep_reserve() == 64 << 20  # grown to its size once there is room
+    assert os.stat(reserve).st_blocks * 512 >= 64 << 20  # allocated, not a sparse file
+    assert disk.give_up_reserve() == 64 << 20
+    assert not reserve.exists()
+    assert DiskSpace(tmp_path, reserve=reserve, reserve_bytes=0).keep_reserve() == 0

@@ -28,7 +28,19 @@ class DuckDBRetention:
         self._writer = writer
 
     def delete_ended_before(self, cutoff: datetime) -> int:
-        return self._writer.submit(lambda con: delete_expired(con, cutoff)).result()
+        disk = self._writer.disk
+        full = disk.full
+        if full:
+            disk.give_up_reserve()  # room for the delete's own WAL entry and the checkpoint after it
+        deleted = self._writer.submit(lambda con: delete_expired(con, cutoff)).result()
+        if full:
+            if deleted:
+                # The deleted rows' space is free only once checkpointed: then the WAL is emptied and their
+                # blocks are what new spans are written into (the file itself does not shrink).
+                self._writer.submit(lambda con: con.execute("CHECKPOINT"), transaction=False).result()
+                disk.committed()
+            disk.keep_reserve()
+        return deleted
 
 
 class DuckDBStorage:
@@ -75,6 +87,7 @@ class DuckDBStorage:
         sql_timeout_seconds: float = 30,
         sql_max_rows: int = 10_000,
         registry: CollectorRegistry | None = None,
+        reserve_bytes: int = 0,
     ) -> DuckDBStorage:
         """Open (creating if needed) the file, migrate it to the newest schema, start the writer."""
         con = open_database(path, memory_limit=memory_limit, threads=threads, checkpoint_threshold=checkpoint_threshold)
@@ -90,6 +103,7 @@ class DuckDBStorage:
                 dedup_window_seconds=dedup_window_seconds,
                 dedup_max_spans=dedup_max_spans,
                 metrics=WriterMetrics(registry) if registry is not None else None,
+                reserve_bytes=reserve_bytes,
             )
             writer.start()
         except BaseException:

@@ -51,6 +51,7 @@ class _Batch:
 class _Job(Generic[T]):
     fn: Callable[[duckdb.DuckDBPyConnection], T]
     future: Future[T] = field(default_factory=Future)
+    transaction: bool = True
 
 
 class WriterMetrics:
@@ -108,6 +109,7 @@ class Writer:
         dedup_max_spans: int,
         metrics: WriterMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        reserve_bytes: int = 0,
     ) -> None:
         self._con = con
         self._max_queued = max_queued_spans
@@ -122,7 +124,11 @@ class Writer:
         [(path,)] = con.execute(
             "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
         ).fetchall()
-        self.disk = DiskSpace(Path(path).parent if path else None)
+        self.disk = DiskSpace(
+            Path(path).parent if path else None,
+            reserve=Path(f"{path}.reserve") if path else None,
+            reserve_bytes=reserve_bytes,
+        )
         if metrics is not None:
             self.disk.changed = lambda full: metrics.storage_full.set(1 if full else 0)
 
@@ -131,6 +137,7 @@ class Writer:
         now = self._clock()
         for since, keys in _recent_commits(self._con, self._recent.window_seconds, self._recent.max_spans):
             self._recent.add(keys, now, since)
+        self.disk.keep_reserve()
         self._thread.start()
 
     def try_submit(
@@ -152,9 +159,9 @@ class Writer:
         self._set_queue_gauge()
         return item.future
 
-    def submit(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Future[T]:
-        """Run `fn(connection)` on the writer thread inside its own transaction."""
-        job: _Job[T] = _Job(fn)
+    def submit(self, fn: Callable[[duckdb.DuckDBPyConnection], T], *, transaction: bool = True) -> Future[T]:
+        """Run `fn(connection)` on the writer thread inside its own transaction (or none, for a CHECKPOINT)."""
+        job: _Job[T] = _Job(fn, transaction=transaction)
         with self._cv:
             if self._closing:
                 raise RuntimeError("the writer is closed")
@@ -274,9 +281,12 @@ class Writer:
     def _run_job(self, job: _Job[Any]) -> None:
         con = self._con
         try:
-            con.execute("BEGIN")
-            result = job.fn(con)
-            con.execute("COMMIT")
+            if not job.transaction:
+                result = job.fn(con)
+            else:
+                con.execute("BEGIN")
+                result = job.fn(con)
+                con.execute("COMMIT")
         except Exception as exc:  # a failing job must not take the writer down with it
             _rollback(con)
             log.exception("writer job %s failed", getattr(job.fn, "__name__", job.fn))
