@@ -108,3 +108,14 @@ def test_retention_through_the_writer_commits_the_deletion(tmp_path: Path) -> No
         assert remaining(reopened) == {"straddles", "at-cutoff"}
     finally:
         reopened.close()
+
+
+def test_slo_minutes_outlive_the_spans_by_the_longest_slo_window_and_no_more(con: duckdb.DuckDBPyConnection) -> None:
+    for minute in (CUTOFF - timedelta(days=91), CUTOFF - timedelta(days=89), CUTOFF + timedelta(days=1)):
+        con.execute(
+            "INSERT INTO slo_burn_minutes VALUES (?, ?, ?, 'ttft-2s', 'acme', NULL, NULL, ?, 9, 10, true)",
+            [minute, minute, minute, minute],
+        )
+    delete_expired(con, CUTOFF)
+    kept = [r[0] for r in con.execute("SELECT minute FROM slo_burn_minutes ORDER BY minute").fetchall()]
+    assert kept == [CUTOFF - timedelta(days=89), CUTOFF + timedelta(days=1)]

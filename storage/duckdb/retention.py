@@ -16,4 +16,7 @@ def delete_expired(con: duckdb.DuckDBPyConnection, cutoff: datetime) -> int:
     rows = con.execute("DELETE FROM spans WHERE end_time < ? RETURNING 1", [cutoff]).fetchall()
     # Engine metrics age out with the spans they explain.
     con.execute("DELETE FROM engine_metrics WHERE time < ?", [cutoff])
+    # slo_burn's per-minute counts outlive the spans they were counted from (an SLO window is up to
+    # 90 days, longer than spans are kept), but not beyond that.
+    con.execute("DELETE FROM slo_burn_minutes WHERE minute < ?::TIMESTAMP - INTERVAL 90 DAY", [cutoff])
     return len(rows)
