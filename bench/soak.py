@@ -147,10 +147,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=60_000, help="spans/s offered")
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--queue", type=int, default=400, help="exporter queue, in requests")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a server setting, e.g. ingest.decode_workers=0"
+    )
     args = parser.parse_args()
+    env = {"TAILWATCH_" + k.upper().replace(".", "__"): v for k, v in (item.split("=", 1) for item in args.set)}
     work = Path(tempfile.mkdtemp(prefix="tw-soak-"))
     db = work / "tailwatch.duckdb"
-    server = ServerProcess(db, work / "serve.log").start(timeout=120)
+    server = ServerProcess(db, work / "serve.log", **env).start(timeout=120)
     assert server.proc is not None
     started = time.monotonic()
     exporters = Exporters(server.grpc_target, args.in_flight, args.queue, started)
@@ -190,7 +194,7 @@ def main() -> None:
             "ack_p99_s": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2) if lat else None,
         })  # fmt: skip
     results = {
-        "minutes": args.minutes, "offered_spans_per_s": args.rate, "requests_offered": number,
+        "minutes": args.minutes, "offered_spans_per_s": args.rate, "settings": args.set, "requests_offered": number,
         "requests_acknowledged": len(acked), "spans_stored": stored, "lost_acknowledged_spans": lost,
         "duplicates": stored - distinct, "stored_not_acknowledged": stored - len(acked) * SPANS,
         "peak_rss_mib": max(r["rss_mib"] for r in rows), "exit_code": code, "per_minute": rows,
