@@ -47,7 +47,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Severity, Window
-from detectors.frames import requests, scores
+from detectors.frames import request_key, requests, scores
 from storage.ports import SloCounts
 
 KEY = "slo_burn"
@@ -259,13 +259,13 @@ def _typed_requests(frame: pl.DataFrame) -> pl.DataFrame:
 def _score_floors(score_frame: pl.DataFrame | None, reqs: pl.DataFrame, config: Config) -> pl.DataFrame:
     """Per request, the lowest score of each name an SLI has a floor for (`score:<name>` columns)."""
     names = sorted({name for slo in config.slos for name in slo.sli.score_min})
-    key = _key(reqs)
+    key = request_key(reqs)
     if not names or score_frame is None:
         return reqs.select(key)
     lowest = (
         score_frame.with_columns(pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64))
         .filter(pl.col("name").is_in(names))
-        .select(_key(score_frame), "name", "score")
+        .select(request_key(score_frame), "name", "score")
         .group_by("_request", "name")
         .agg(pl.col("score").min())
     )
@@ -276,15 +276,9 @@ def _score_floors(score_frame: pl.DataFrame | None, reqs: pl.DataFrame, config: 
     return wide
 
 
-def _key(frame: pl.DataFrame) -> pl.Expr:
-    if "request_key" in frame.columns:
-        return pl.col("request_key").alias("_request")
-    return pl.struct(pl.col("trace_id", "span_id").cast(pl.String)).hash().alias("_request")
-
-
 def _minutes(reqs: pl.DataFrame, floors: pl.DataFrame, slo: Slo) -> pl.DataFrame:
     """This window's judged and good requests of one SLO, per group and minute of end_time."""
-    selected = reqs.with_columns(_key(reqs)).join(floors, on="_request", how="left")
+    selected = reqs.with_columns(request_key(reqs)).join(floors, on="_request", how="left")
     for column in ("deployment", "model", "tenant_id"):
         if (value := getattr(slo, column)) is not None:
             selected = selected.filter(pl.col(column) == value)

@@ -301,3 +301,27 @@ def test_figures_fit_the_migrated_table(tmp_path: Path) -> None:
         window=window,
         schemas={},
     )
+
+
+def test_a_score_floor_judges_only_scored_requests_by_their_lowest_score_and_no_error_fails_errors() -> None:
+    """Four requests: scored 0.9, scored 0.9 and 0.5 (its lowest counts), unscored, and a scored one that
+    errored. Against groundedness >= 0.7 and no error: three judged, one good."""
+    config = Config(
+        slos=(Slo(name="grounded", objective=0.9, sli=Sli(score_min={"groundedness": 0.7}, no_error=True)),)
+    )
+    window = config.window(T0)
+    at = window.start + timedelta(seconds=10)
+    frames = {
+        "requests": pl.DataFrame({"request_key": [1, 2, 3, 4], "end_time": [at] * 4, "tenant_id": ["a"] * 4,
+                                  "deployment": ["d"] * 4, "model": ["m"] * 4, "ttft_ms": [1.0] * 4,
+                                  "e2e_ms": [1.0] * 4, "tpot_ms": [1.0] * 4,
+                                  "status_code": ["OK", "OK", "OK", "ERROR"]}),
+        "scores": pl.DataFrame({"request_key": [1, 2, 2, 4], "name": ["groundedness"] * 4,
+                                "score": [0.9, 0.9, 0.5, 0.95]}),
+        "stored": pl.DataFrame(schema={"slo": pl.String, "tenant_id": pl.String, "deployment": pl.String,
+                                       "model": pl.String, "window_seconds": pl.Int64, "good": pl.Int64,
+                                       "total": pl.Int64, "good_slices": pl.Int64, "slices": pl.Int64}),
+    }  # fmt: skip
+    assert set(inputs(config, window)) == {"requests", "stored", "scores"}
+    out = detect(frames, config, window)
+    assert out.extra_tables["slo_burn_minutes"].select("good", "total").rows() == [(1, 3)]
