@@ -64,7 +64,10 @@ class RunningService:
 def service_settings(db: Path, **overrides: Any) -> Settings:
     base: dict[str, Any] = {"db": str(db), "grpc_port": 0, "http_port": 0, "api_port": 0}
     ingest = {"decode_workers": 0, **overrides.pop("ingest", {})}
-    return load_settings(None, {**base, "ingest": ingest, **overrides}, environ={})
+    # No reserve file (256 MiB of allocated blocks each) beside every test's database; the full-disk
+    # tests that need one ask for it.
+    storage = {"reserve_mb": 0, **overrides.pop("storage", {})}
+    return load_settings(None, {**base, "ingest": ingest, "storage": storage, **overrides}, environ={})
 
 
 @pytest.fixture

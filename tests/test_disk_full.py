@@ -105,7 +105,7 @@ def test_on_a_full_disk_retention_frees_space_and_spans_are_taken_again(small_di
         attrs = {"gen_ai.request.model": "m", "payload": f"{i}-" + os.urandom(600).hex()}
         return request([span(start=start, attributes=attrs) for _ in range(BATCH)]).SerializeToString()
 
-    settings = service_settings(small_disk / "tailwatch.duckdb", ingest={"decode_workers": 0})
+    settings = service_settings(small_disk / "tailwatch.duckdb", storage={"reserve_mb": 256})
     with RunningService(settings) as svc:
         i = 0
         while post(svc, aged(i, old))[0] == 200:
