@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
+from clickhouse_stores import OPENERS
 from waiting import HANG_GUARD
 
 from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
@@ -41,6 +42,9 @@ from storage.ports import (
 
 BACKENDS: dict[str, Callable[[Path], Storage]] = {
     "duckdb": lambda directory: DuckDBStorage.open(directory / "ports.duckdb"),
+    # ClickHouse in-process through chDB (the same client class that talks to a server), and a real server
+    # when TAILWATCH_TEST_CLICKHOUSE_URL names one.
+    **{name: (lambda directory, o=opener: o(directory.name)) for name, opener in OPENERS.items()},
 }
 
 T0 = datetime(2026, 11, 20, 12, 0)

@@ -44,7 +44,7 @@ class DuckDBDetectorStore:
 
 # Per-minute counts summed over long windows: a minute counted again (a replay, overlapping windows, an
 # evaluation off the schedule) replaces the count stored before, so a sum never counts it twice.
-_COUNTED_ONCE_PER_MINUTE = frozenset({"slo_burn_minutes"})
+COUNTED_ONCE_PER_MINUTE = frozenset({"slo_burn_minutes"})
 
 
 def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:
@@ -63,7 +63,7 @@ def _persist(con: duckdb.DuckDBPyConnection, evaluation: EvaluationRecord) -> No
     run = evaluation.run
     window = run.window
     for table, frame in evaluation.figures.items():
-        if table in _COUNTED_ONCE_PER_MINUTE:
+        if table in COUNTED_ONCE_PER_MINUTE:
             con.execute(f"DELETE FROM {table} WHERE minute >= ? AND minute < ?", [window.start, window.end])
         con.execute(f"DELETE FROM {table} WHERE window_start = ? AND window_end = ?", [window.start, window.end])
         _insert_frame(con, table, frame.with_columns(evaluated_at=pl.lit(run.at, pl.Datetime("us"))))

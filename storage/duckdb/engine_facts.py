@@ -18,11 +18,11 @@ from storage.duckdb.writer import Writer
 # One hour of spans a job: the writer commits ingest between chunks, and a chunk's engine states stay small.
 CHUNK = timedelta(hours=1)
 
-_FACTS = ("queue_depth", "replica_count", "cache_hit_ratio", "kv_cache_usage", "running_requests", "preemptions",
+FACTS = ("queue_depth", "replica_count", "cache_hit_ratio", "kv_cache_usage", "running_requests", "preemptions",
           "step_tokens")  # fmt: skip
 
 _UPDATE = f"""
-    UPDATE spans SET engine_settled = true, {", ".join(f"engine_{fact} = f.{fact}" for fact in _FACTS)}
+    UPDATE spans SET engine_settled = true, {", ".join(f"engine_{fact} = f.{fact}" for fact in FACTS)}
     FROM span_engine_facts_between($lo, $hi) AS f
     WHERE spans.rowid = f.row_id
 """

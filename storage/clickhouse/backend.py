@@ -1,0 +1,107 @@
+"""The ClickHouse backend as one object: the client, the schema, the sink and every port over them."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from storage.clickhouse import schema
+from storage.clickhouse.analyst import ClickHouseAnalyst
+from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.evaluator import Evaluator
+from storage.clickhouse.reads import ClickHouseAlertQueries, ClickHouseConsoleQueries, ClickHouseWindowSource
+from storage.clickhouse.stores import (
+    ClickHouseDetectorStore,
+    ClickHouseEngineFacts,
+    ClickHouseRetention,
+    ClickHouseScrapeHealth,
+)
+from storage.clickhouse.writer import ClickHouseWriter
+from storage.duckdb.writer import WriterMetrics
+
+
+class ClickHouseStorage:
+    """Every storage port over one ClickHouse database. `open` creates what is missing and starts the sink."""
+
+    def __init__(
+        self,
+        client: ClickHouse,
+        evaluator: Evaluator,
+        writer: ClickHouseWriter,
+        *,
+        otel_table: str,
+        own_otel_table: bool,
+        sql_timeout_seconds: float,
+        sql_max_rows: int,
+    ) -> None:
+        tables = evaluator.tables
+        self.client = client
+        self.writer = writer
+        self.windows = ClickHouseWindowSource(client, evaluator)
+        self.detector_store = ClickHouseDetectorStore(client, tables)
+        self.alert_queries = ClickHouseAlertQueries(client, tables)
+        self.console_queries = ClickHouseConsoleQueries(client, evaluator, tables, otel_table=otel_table)
+        self.analyst = ClickHouseAnalyst(client, evaluator, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
+        self.retention = ClickHouseRetention(client, otel_table, own_otel_table)
+        self.scrape_health = ClickHouseScrapeHealth(client, tables)
+        self.engine_facts = ClickHouseEngineFacts(client, evaluator)
+        self._closed = False
+
+    @property
+    def sink(self) -> ClickHouseWriter:
+        return self.writer
+
+    @classmethod
+    def open(
+        cls,
+        dsn: str,
+        *,
+        otel_table: str = "otel_traces",
+        receivers_write_otel_table: bool = True,
+        cluster: str | None = None,
+        ttl_days: float | None = None,
+        max_queued_spans: int = 200_000,
+        sql_timeout_seconds: float = 30,
+        sql_max_rows: int = 10_000,
+        registry: CollectorRegistry | None = None,
+    ) -> ClickHouseStorage:
+        client = ClickHouse(dsn)
+        try:
+            evaluator = Evaluator()
+            full_spans = evaluator.span_columns_with_json()
+            schema.create_all(
+                client,
+                evaluator.tables,
+                full_spans,
+                otel_table=otel_table,
+                own_otel_table=receivers_write_otel_table,
+                cluster=cluster,
+                ttl_days=ttl_days,
+            )
+            writer = ClickHouseWriter(
+                client,
+                max_queued_spans=max_queued_spans,
+                metrics=WriterMetrics(registry) if registry is not None else None,
+            )
+            writer.start()
+        except BaseException:
+            client.close()
+            raise
+        return cls(
+            client,
+            evaluator,
+            writer,
+            otel_table=otel_table,
+            own_otel_table=receivers_write_otel_table,
+            sql_timeout_seconds=sql_timeout_seconds,
+            sql_max_rows=sql_max_rows,
+        )
+
+    def stop_writes(self) -> None:
+        self.writer.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.writer.close()
+        self.client.close()

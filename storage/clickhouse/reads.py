@@ -1,0 +1,184 @@
+"""The read ports on ClickHouse.
+
+Reads of the request model (requests, scores, request summaries, a trace's requests) go through the
+evaluator, which runs the DuckDB backend's own request-model SQL over the rows ClickHouse selects; reads
+of what Tailwatch stored itself (alerts, clusters, figures, the run log, SLO minutes) run in ClickHouse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+
+from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine
+from storage.clickhouse.schema import Column, LAYOUTS
+from storage.duckdb.console_reads import ENGINE_MARGIN
+from storage.ports import DetectorHealth, Requests, RequestSummary, Scores, SloCounts, Window
+
+
+def _names(columns: Sequence[Column], skip: tuple[str, ...] = ()) -> str:
+    return ", ".join(f"`{c.name}`" for c in columns if c.name not in skip)
+
+
+class ClickHouseWindowSource:
+    def __init__(self, client: ClickHouse, evaluator: Evaluator) -> None:
+        self._client = client
+        self._evaluator = evaluator
+
+    def requests(self, read: Requests) -> pa.Table:
+        traffic = ("replica_count",) if read.traffic_pattern else ()
+        needs = Needs(
+            read.window, engine=needs_engine([*read.columns, *read.require, *traffic]), labels=read.traffic_pattern
+        )
+        with self._evaluator.loaded(self._client, needs) as source:
+            return source.requests(read)
+
+    def scores(self, read: Scores) -> pa.Table:
+        with self._evaluator.loaded(self._client, Needs(read.window, scores=True)) as source:
+            return source.scores(read)
+
+    def request_summary(self, read: RequestSummary) -> pa.Table:
+        used = [c for s in read.grouping_sets for c in s] + [*read.require] + [m.column for m in read.measures]
+        with self._evaluator.loaded(self._client, Needs(read.window, engine=needs_engine(used))) as source:
+            return source.request_summary(read)
+
+    def firing_alerts(self) -> pa.Table:
+        return self._client.arrow(
+            "SELECT alert_id, detector, labels FROM alerts WHERE state = 'firing' ORDER BY alert_id"
+        )
+
+    def slo_counts(self, read: SloCounts) -> pa.Table:
+        if not read.windows:
+            raise ValueError("SloCounts needs at least one trailing window")
+        one = """
+            SELECT slo, tenant_id, deployment, model, toInt64({seconds}) AS window_seconds,
+                   toInt64(sum(good)) AS good, toInt64(sum(total)) AS total,
+                   toInt64(countIf(good_slice)) AS good_slices, toInt64(count()) AS slices
+            FROM slo_burn_minutes
+            WHERE minute >= {{end:DateTime64(6)}} - toIntervalSecond({seconds}) AND minute < {{before:DateTime64(6)}}
+            GROUP BY slo, tenant_id, deployment, model
+        """
+        sql = " UNION ALL ".join(one.format(seconds=int(s)) for s in read.windows)
+        return self._client.arrow(sql, {"end": read.end, "before": read.before})
+
+
+class ClickHouseAlertQueries:
+    def __init__(self, client: ClickHouse, tables: dict[str, list[Column]]) -> None:
+        self._client = client
+        self._tables = tables
+
+    def alerts(self, *, state: str | None = None, detector: str | None = None, limit: int = 100) -> pa.Table:
+        clauses = [f"{name} = {{{name}:String}}" for name, v in (("state", state), ("detector", detector)) if v]
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        return self._client.arrow(
+            f"SELECT {_names(self._tables['alerts'])} FROM alerts {where} ORDER BY updated_at DESC, alert_id "
+            "LIMIT {limit:UInt64}",
+            {"state": state, "detector": detector, "limit": int(limit)},
+        )
+
+    def clusters(self, *, detector: str | None = None, limit: int = 50) -> pa.Table:
+        where = "WHERE detector = {detector:String}" if detector is not None else ""
+        return self._client.arrow(
+            f"SELECT {_names(self._tables['clusters'], ('evaluated_at',))} FROM clusters {where} "
+            "ORDER BY window_end DESC, rank LIMIT {limit:UInt64}",
+            {"detector": detector, "limit": int(limit)},
+        )
+
+
+class ClickHouseConsoleQueries:
+    def __init__(
+        self, client: ClickHouse, evaluator: Evaluator, tables: dict[str, list[Column]], *, otel_table: str
+    ) -> None:
+        self._otel = otel_table
+        self._client = client
+        self._evaluator = evaluator
+        self._figures = {
+            name: tuple(c.name for c in columns if c.name != "evaluated_at")
+            for name, columns in tables.items()
+            if name not in LAYOUTS and {"window_end", "evaluated_at"} <= {c.name for c in columns}
+        }
+        self._spans = tables["spans"]
+
+    def figures(
+        self,
+        detector: str,
+        since: datetime,
+        until: datetime,
+        *,
+        limit: int,
+        columns: Sequence[str] = (),
+        where: Mapping[str, str] | None = None,
+        distinct: bool = False,
+    ) -> pa.Table:
+        if detector not in self._figures:
+            raise KeyError(f"no figures for {detector!r}; known: {', '.join(sorted(self._figures))}")
+        known = self._figures[detector]
+        unknown = [c for c in [*columns, *(where or {})] if c not in known]
+        if unknown:
+            raise ValueError(f"{detector} has no column {unknown[0]!r}; its columns: {', '.join(known)}")
+        chosen = ", ".join(f"`{c}`" for c in columns or known)
+        params: dict[str, object] = {"since": since, "until": until, "limit": int(limit)}
+        filters = ""
+        for i, (c, value) in enumerate((where or {}).items()):
+            filters += f" AND toString(`{c}`) = {{w{i}:String}}"
+            params[f"w{i}"] = value
+        order = ", ".join(f"`{c}`" for c in columns) if columns else "window_end, window_start"
+        return self._client.arrow(
+            f"SELECT {'DISTINCT ' if distinct else ''}{chosen} FROM `{detector}` "
+            f"WHERE window_end > {{since:DateTime64(6)}} AND window_end <= {{until:DateTime64(6)}}{filters} "
+            f"ORDER BY {order} LIMIT {{limit:UInt64}}",
+            params,
+        )
+
+    def detector_health(self, as_of: datetime) -> list[DetectorHealth]:
+        rows = self._client.arrow(
+            """
+            SELECT detector, max(ran_at) AS last_run, argMax(outcome, ran_at) AS last_outcome,
+                   argMax(seconds, ran_at) AS last_seconds, argMax(error, ran_at) AS last_error,
+                   toInt64(countIf(outcome <> 'ok' AND ran_at > {t:DateTime64(6)} - INTERVAL 1 DAY)) AS failures_24h,
+                   toInt64(countIf(ran_at > {t:DateTime64(6)} - INTERVAL 1 DAY)) AS runs_24h
+            FROM detector_runs GROUP BY detector ORDER BY detector
+            """,
+            {"t": as_of},
+        ).to_pylist()
+        return [DetectorHealth(**r) for r in rows]
+
+    def trace(self, trace_id: str, around: Window | None = None) -> dict[str, pa.Table]:
+        bound = " AND end_time >= {s:DateTime64(6)} AND end_time < {e:DateTime64(6)}" if around else ""
+        params: dict[str, object] = {"t": trace_id}
+        if around:
+            params |= {"s": around.start, "e": around.end}
+        spans = self._client.arrow(
+            f"SELECT {_names(self._spans, ('ingested_at',))}, a.attributes AS attributes FROM spans "
+            f"LEFT JOIN (SELECT SpanId, toJSONString(any(SpanAttributes)) AS attributes FROM `{self._otel}` "
+            "WHERE TraceId = {t:String} GROUP BY SpanId) AS a ON a.SpanId = spans.span_id "
+            f"WHERE trace_id = {{t:String}}{bound} ORDER BY start_time, span_id",
+            params,
+        )
+        if spans.num_rows == 0:
+            return {"spans": spans}
+        ends = spans.column("end_time").to_pylist()
+        starts = spans.column("start_time").to_pylist()
+        window = Window(min(ends), max(ends) + timedelta(microseconds=1))
+        with self._evaluator.loaded(self._client, Needs(window, engine=True, trace_id=trace_id)) as source:
+            requests = source.arrow(
+                "SELECT * FROM llm_requests_between(?::TIMESTAMP, ?::TIMESTAMP) WHERE trace_id = ? ORDER BY start_time",
+                [window.start, window.end, trace_id],
+            )
+        scores = self._client.arrow(
+            "SELECT span_id, name, score, label, explanation, source, observed_at FROM span_scores "
+            "WHERE trace_id = {t:String} ORDER BY observed_at, name",
+            {"t": trace_id},
+        )
+        replicas = sorted({r for r in spans.column("replica_id").to_pylist() if r is not None})
+        replicas += [r for r in requests.column("replica_id").to_pylist() if r is not None and r not in replicas]
+        engine = self._client.arrow(
+            "SELECT time, replica_id, name, metric, kind, value, interval_s FROM engine_metrics "
+            "WHERE replica_id IN {r:Array(String)} AND time >= {lo:DateTime64(6)} AND time <= {hi:DateTime64(6)} "
+            "ORDER BY name, time",
+            {"r": replicas, "lo": min(starts) - ENGINE_MARGIN, "hi": max(ends) + ENGINE_MARGIN},
+        )
+        return {"spans": spans, "requests": requests, "scores": scores, "engine": engine}

@@ -1,0 +1,333 @@
+"""Tailwatch's tables on ClickHouse, and the `otel_traces` table of the Collector's `clickhouseexporter`.
+
+Every Tailwatch table has the columns the DuckDB migrations give it (read from a migrated in-memory DuckDB,
+so a migration that adds a column adds it here too); what this module adds is ClickHouse's part: the
+engine, the sorting key, partitions and TTL. Tables whose rows are replaced are ReplacingMergeTree with a
+`_version` and read with `final = 1`; the rest are MergeTree. Spans live twice: the OpenTelemetry layout in
+`otel_traces` (what Grafana, SigNoz-style tools and the user's own queries read) and the canonical request
+columns in `spans`, keyed by trace and span, which the detectors read.
+
+`cluster` turns on the cluster-aware form: every statement `ON CLUSTER`, Replicated* engines, and a
+`Distributed` table over each local one (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import duckdb
+
+from storage.clickhouse.client import ClickHouse
+
+SCHEMA_VERSION = 1
+
+# DuckDB column types as ClickHouse stores them. JSON is text in both (the analyst's JSON functions differ).
+_TYPES = {
+    "VARCHAR": "String",
+    "JSON": "String",
+    "BIGINT": "Int64",
+    "INTEGER": "Int32",
+    "DOUBLE": "Float64",
+    "BOOLEAN": "Bool",
+    "TIMESTAMP": "DateTime64(6, 'UTC')",
+    "VARCHAR[]": "Array(String)",
+    "MAP(VARCHAR, DOUBLE)": "Map(String, Float64)",
+}
+_CONTAINERS = ("Array(", "Map(")
+
+# The wide JSON columns of a span are in otel_traces' maps; `spans` keeps the columns the request model reads.
+SPAN_JSON_COLUMNS = ("attributes", "resource", "events", "links")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """ClickHouse's part of one table's definition."""
+
+    order_by: str
+    replacing: bool = False  # rows are replaced by a newer `_version` with the same sorting key
+    partition_by: str | None = None
+    ttl_column: str | None = None  # retention: rows older than the configured days are dropped by part
+    skip: tuple[str, ...] = ()
+
+
+_FIGURES = Layout("(window_end, window_start)", partition_by="toYYYYMM(window_end)")
+
+LAYOUTS: dict[str, Layout] = {
+    "spans": Layout(
+        "(end_time, trace_id, span_id)",
+        replacing=True,
+        partition_by="toDate(end_time)",
+        ttl_column="end_time",
+        skip=SPAN_JSON_COLUMNS,
+    ),
+    "span_scores": Layout(
+        "(trace_id, span_id, name, source, observed_at)", replacing=True, partition_by="toDate(observed_at)"
+    ),
+    "engine_metrics": Layout("(time, name)", partition_by="toDate(time)", ttl_column="time"),
+    "alerts": Layout("(alert_id)", replacing=True),
+    "alert_conditions": Layout("(detector, fingerprint)"),
+    "detector_runs": Layout("(detector, evaluated_at)", partition_by="toYYYYMM(evaluated_at)"),
+    "scrape_targets": Layout("(url)", replacing=True),
+}
+NOT_IN_CLICKHOUSE = frozenset({"alembic_version"})
+
+
+def layout(table: str) -> Layout:
+    """A table's layout: a detector's results (keyed by window) unless named above."""
+    return LAYOUTS.get(table, _FIGURES)
+
+
+def clickhouse_type(duckdb_type: str, nullable: bool) -> str:
+    if duckdb_type not in _TYPES:
+        raise ValueError(f"no ClickHouse type for DuckDB's {duckdb_type}")
+    typ = _TYPES[duckdb_type]
+    return f"Nullable({typ})" if nullable and not typ.startswith(_CONTAINERS) else typ
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # ClickHouse's
+
+
+def tables_of(con: duckdb.DuckDBPyConnection) -> dict[str, list[Column]]:
+    """Every Tailwatch table of a migrated DuckDB database, with its columns as ClickHouse types."""
+    rows = con.execute(
+        """
+        SELECT c.table_name, c.column_name, c.data_type, c.is_nullable
+        FROM duckdb_columns() c JOIN duckdb_tables() t USING (table_name)
+        WHERE c.database_name = current_database() ORDER BY c.table_name, c.column_index
+        """
+    ).fetchall()
+    tables: dict[str, list[Column]] = {}
+    for table, name, typ, nullable in rows:
+        if table in NOT_IN_CLICKHOUSE or name in layout(table).skip:
+            continue
+        tables.setdefault(table, []).append(Column(name, clickhouse_type(typ, nullable)))
+    return tables
+
+
+def _quote(name: str) -> str:
+    return f"`{name}`"
+
+
+def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, ttl_days: float | None) -> str:
+    spec = layout(name)
+    body = [f"    {_quote(c.name)} {c.type}" for c in columns]
+    if spec.replacing:
+        body.append("    `_version` UInt64 DEFAULT 0")
+    if name == "spans":
+        body.append("    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1")
+    engine = ("ReplacingMergeTree(_version)" if spec.replacing else "MergeTree()") if not cluster else (
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}', _version)"
+        if spec.replacing
+        else "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}')"
+    )
+    parts = [
+        f"CREATE TABLE IF NOT EXISTS {_quote(name)}{_on(cluster)} (\n" + ",\n".join(body) + "\n)",
+        f"ENGINE = {engine}",
+    ]
+    if spec.partition_by:
+        parts.append(f"PARTITION BY {spec.partition_by}")
+    parts.append(f"ORDER BY {spec.order_by}")
+    if spec.ttl_column and ttl_days:
+        parts.append(f"TTL toDateTime({spec.ttl_column}) + toIntervalSecond({int(ttl_days * 86400)})")
+    # Deduplication tokens on non-replicated tables need a window of remembered inserts (replicated ones
+    # have it by default).
+    parts.append("SETTINGS non_replicated_deduplication_window = 1000" if not cluster else "")
+    return "\n".join(p for p in parts if p)
+
+
+def _on(cluster: str | None) -> str:
+    return f" ON CLUSTER {_quote(cluster)}" if cluster else ""
+
+
+# The OpenTelemetry Collector clickhouseexporter's traces table, as it creates it (column for column), so a
+# team's existing table and one Tailwatch creates are read the same way.
+OTEL_TRACES_COLUMNS: dict[str, str] = {
+    "Timestamp": "DateTime64(9)",
+    "TraceId": "String",
+    "SpanId": "String",
+    "ParentSpanId": "String",
+    "TraceState": "String",
+    "SpanName": "LowCardinality(String)",
+    "SpanKind": "LowCardinality(String)",
+    "ServiceName": "LowCardinality(String)",
+    "ResourceAttributes": "Map(LowCardinality(String), String)",
+    "ScopeName": "String",
+    "ScopeVersion": "String",
+    "SpanAttributes": "Map(LowCardinality(String), String)",
+    "Duration": "UInt64",
+    "StatusCode": "LowCardinality(String)",
+    "StatusMessage": "String",
+    "Events.Timestamp": "Array(DateTime64(9))",
+    "Events.Name": "Array(LowCardinality(String))",
+    "Events.Attributes": "Array(Map(LowCardinality(String), String))",
+    "Links.TraceId": "Array(String)",
+    "Links.SpanId": "Array(String)",
+    "Links.TraceState": "Array(String)",
+    "Links.Attributes": "Array(Map(LowCardinality(String), String))",
+}
+
+
+def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | None) -> str:
+    ttl = f"TTL toDateTime(Timestamp) + toIntervalSecond({int(ttl_days * 86400)})" if ttl_days else ""
+    engine = (
+        "MergeTree()"
+        if not cluster
+        else "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/" + table + "', '{replica}')"
+    )
+    return f"""
+CREATE TABLE IF NOT EXISTS {_quote(table)}{_on(cluster)} (
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    TraceId String CODEC(ZSTD(1)),
+    SpanId String CODEC(ZSTD(1)),
+    ParentSpanId String CODEC(ZSTD(1)),
+    TraceState String CODEC(ZSTD(1)),
+    SpanName LowCardinality(String) CODEC(ZSTD(1)),
+    SpanKind LowCardinality(String) CODEC(ZSTD(1)),
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    ResourceAttributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    ScopeName String CODEC(ZSTD(1)),
+    ScopeVersion String CODEC(ZSTD(1)),
+    SpanAttributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    Duration UInt64 CODEC(ZSTD(1)),
+    StatusCode LowCardinality(String) CODEC(ZSTD(1)),
+    StatusMessage String CODEC(ZSTD(1)),
+    Events Nested (Timestamp DateTime64(9), Name LowCardinality(String),
+                   Attributes Map(LowCardinality(String), String)) CODEC(ZSTD(1)),
+    Links Nested (TraceId String, SpanId String, TraceState String,
+                  Attributes Map(LowCardinality(String), String)) CODEC(ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_duration Duration TYPE minmax GRANULARITY 1
+) ENGINE = {engine}
+PARTITION BY toDate(Timestamp)
+ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))
+{ttl}
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1{"" if cluster else ", non_replicated_deduplication_window = 1000"}
+"""
+
+
+class SchemaMismatch(Exception):
+    """An existing table lacks a column Tailwatch reads, or has it with another type."""
+
+
+def check_otel_traces(client: ClickHouse, table: str) -> None:
+    """Refuse an existing `otel_traces` whose columns are not the exporter's, naming the first that differs."""
+    rows = client.arrow(
+        "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = {t:String}",
+        {"t": table},
+    ).to_pylist()
+    have = {r["name"]: r["type"] for r in rows}
+    for name, typ in OTEL_TRACES_COLUMNS.items():
+        if name not in have:
+            raise SchemaMismatch(
+                f"{table} has no column {name} ({typ}): it is not the OpenTelemetry Collector clickhouseexporter's "
+                f"traces layout that Tailwatch reads"
+            )
+        if _plain(have[name]) != _plain(typ):
+            raise SchemaMismatch(
+                f"{table}.{name} is {have[name]}, where the clickhouseexporter layout Tailwatch reads has {typ}"
+            )
+
+
+def _plain(typ: str) -> str:
+    # LowCardinality is storage, not meaning; a time zone on the timestamp does not change what is read.
+    out = typ.replace("LowCardinality(String)", "String")
+    return out.replace("DateTime64(9, 'UTC')", "DateTime64(9)")
+
+
+# Tailwatch's receivers insert each group of decoded spans once, into a Null table (it keeps nothing);
+# materialized views fan the rows out to `spans` and, unless the user's own Collector fills it, to
+# `otel_traces` in the exporter's layout: one insert, and the server does the reshaping.
+INGEST_TABLE = "spans_ingest"
+
+
+def _time9(column: str) -> str:
+    return f"toDateTime64({column}, 9)"
+
+
+def _string_map(json_column: str) -> str:
+    # The exporter stores every attribute value as text: a string as itself, anything else as its JSON.
+    return (
+        f"CAST(mapFromArrays(arrayMap(kv -> kv.1, JSONExtractKeysAndValuesRaw(ifNull({json_column}, '{{}}'))), "
+        f"arrayMap(kv -> if(startsWith(kv.2, '\"'), JSONExtractString(kv.2), kv.2), "
+        f"JSONExtractKeysAndValuesRaw(ifNull({json_column}, '{{}}')))), 'Map(String, String)')"
+    )
+
+
+def _pascal(column: str) -> str:
+    # SERVER -> Server, STATUS OK -> Ok: pdata's names, which the exporter writes.
+    return f"concat(upper(substring({column}, 1, 1)), lower(substring({column}, 2)))"
+
+
+def ingest_statements(spans: list[Column], *, otel_table: str | None, cluster: str | None) -> list[str]:
+    """The Null table receivers insert into and the views that store its rows."""
+    columns = ",\n".join(f"    `{c.name}` {c.type.replace('DateTime64(6', 'DateTime64(9')}" for c in spans)
+    stored = ", ".join(
+        f"toDateTime64(`{c.name}`, 6, 'UTC') AS `{c.name}`" if "DateTime64" in c.type else f"`{c.name}`"
+        for c in spans
+        if c.name not in SPAN_JSON_COLUMNS
+    )
+    out = [
+        f"CREATE TABLE IF NOT EXISTS {INGEST_TABLE}{_on(cluster)} (\n{columns}\n) ENGINE = Null",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {INGEST_TABLE}_to_spans{_on(cluster)} TO spans "
+        f"AS SELECT {stored} FROM {INGEST_TABLE}",
+    ]
+    if otel_table:
+        events = "JSONExtractArrayRaw(ifNull(events, '[]'))"
+        links = "JSONExtractArrayRaw(ifNull(links, '[]'))"
+        out.append(
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {INGEST_TABLE}_to_otel_traces{_on(cluster)} TO `{otel_table}`
+AS SELECT
+    {_time9("start_time")} AS Timestamp, trace_id AS TraceId, span_id AS SpanId,
+    ifNull(parent_span_id, '') AS ParentSpanId, '' AS TraceState, name AS SpanName, {_pascal("kind")} AS SpanKind,
+    ifNull(service_name, '') AS ServiceName, {_string_map("resource")} AS ResourceAttributes,
+    ifNull(scope_name, '') AS ScopeName, '' AS ScopeVersion, {_string_map("attributes")} AS SpanAttributes,
+    toUInt64(greatest(toUnixTimestamp64Nano(end_time) - toUnixTimestamp64Nano(start_time), 0)) AS Duration,
+    {_pascal("status_code")} AS StatusCode, ifNull(status_message, '') AS StatusMessage,
+    arrayMap(e -> fromUnixTimestamp64Nano(toInt64(JSONExtractUInt(e, 'time_unix_nano'))), {events})
+        AS `Events.Timestamp`,
+    arrayMap(e -> JSONExtractString(e, 'name'), {events}) AS `Events.Name`,
+    arrayMap(e -> {_string_map("JSONExtractRaw(e, 'attributes')")}, {events}) AS `Events.Attributes`,
+    arrayMap(l -> JSONExtractString(l, 'trace_id'), {links}) AS `Links.TraceId`,
+    arrayMap(l -> JSONExtractString(l, 'span_id'), {links}) AS `Links.SpanId`,
+    arrayMap(l -> '', {links}) AS `Links.TraceState`,
+    arrayMap(l -> {_string_map("JSONExtractRaw(l, 'attributes')")}, {links}) AS `Links.Attributes`
+FROM {INGEST_TABLE}"""
+        )
+    return out
+
+
+def create_all(
+    client: ClickHouse,
+    tables: dict[str, list[Column]],
+    spans_with_json: list[Column],
+    *,
+    otel_table: str,
+    own_otel_table: bool,
+    cluster: str | None = None,
+    ttl_days: float | None = None,
+) -> None:
+    """Create what is missing; an existing `otel_traces` must be the exporter's layout."""
+    for name, columns in tables.items():
+        client.command(create_table(name, columns, cluster=cluster, ttl_days=ttl_days))
+    exists = client.command(
+        "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = {t:String}", {"t": otel_table}
+    )
+    if not int(exists):
+        client.command(create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days))
+    check_otel_traces(client, otel_table)
+    for statement in ingest_statements(spans_with_json, otel_table=otel_table if own_otel_table else None,
+                                       cluster=cluster):  # fmt: skip
+        client.command(statement)
+    client.command(
+        f"CREATE TABLE IF NOT EXISTS tailwatch_schema{_on(cluster)} (version UInt32, applied_at DateTime DEFAULT now()) "
+        "ENGINE = " + ("MergeTree()" if not cluster else
+                       "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/tailwatch_schema', '{replica}')")
+        + " ORDER BY version"
+    )  # fmt: skip
+    have = client.command("SELECT count() FROM tailwatch_schema WHERE version = {v:UInt32}", {"v": SCHEMA_VERSION})
+    if not int(have):
+        client.command("INSERT INTO tailwatch_schema (version) VALUES ({v:UInt32})", {"v": SCHEMA_VERSION})

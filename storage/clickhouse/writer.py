@@ -1,0 +1,167 @@
+"""The ClickHouse sink: receivers' batches grouped and inserted by one thread, acknowledged once inserted.
+
+Like the DuckDB writer, requests queue (bounded in rows; a full queue answers 'retry later') and one
+thread inserts everything queued as one group, resolving each request's future only after ClickHouse
+acknowledged the insert. A failed insert (the server unreachable, slow or refusing) fails every request
+of the group, which the receivers answer as retryable: nothing acknowledged was not stored.
+
+Counting once: `spans` and `span_scores` are ReplacingMergeTree keyed by trace and span (and score), and
+read with `final`, so a retried request, from this process or another receiver, counts once whatever
+its grouping. Each group also carries a deduplication token (a hash of its spans' keys), so a group
+retried whole is dropped by the server before it reaches `otel_traces`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.schema import INGEST_TABLE
+from storage.duckdb.writer import WriterMetrics
+from storage.ports import WriteResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Batch:
+    spans: pa.Table | None
+    scores: pa.Table | None
+    metrics: pa.Table | None
+    future: Future[WriteResult] = field(default_factory=Future)
+
+    @property
+    def rows(self) -> int:
+        return sum(t.num_rows for t in (self.spans, self.scores, self.metrics) if t is not None)
+
+
+def _stamped(table: pa.Table, now: datetime) -> pa.Table:
+    return table.append_column("ingested_at", pa.array([now] * table.num_rows, pa.timestamp("us")))
+
+
+def micros(table: pa.Table) -> pa.Table:
+    """Nanosecond timestamps truncated to microseconds, as DuckDB stores them."""
+    columns = [
+        pc.cast(c, pa.timestamp("us"), safe=False) if pa.types.is_timestamp(c.type) and c.type.unit == "ns" else c
+        for c in table.columns
+    ]
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def token(spans: pa.Table) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for column in ("trace_id", "span_id"):
+        for chunk in spans.column(column).chunks:
+            for buffer in chunk.buffers():
+                if buffer is not None:
+                    digest.update(buffer)
+    return digest.hexdigest()
+
+
+class ClickHouseWriter:
+    """The `SpanSink` port on ClickHouse."""
+
+    def __init__(
+        self,
+        client: ClickHouse,
+        *,
+        max_queued_spans: int,
+        metrics: WriterMetrics | None = None,
+    ) -> None:
+        self._client = client
+        self._max_queued = max_queued_spans
+        self._metrics = metrics
+        self._cv = threading.Condition()
+        self._items: list[_Batch] = []
+        self._queued_rows = 0
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="tailwatch-clickhouse-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def try_submit(
+        self, spans: pa.Table | None, scores: pa.Table | None = None, metrics: pa.Table | None = None
+    ) -> Future[WriteResult] | None:
+        item = _Batch(
+            spans if spans is not None and spans.num_rows else None,
+            scores if scores is not None and scores.num_rows else None,
+            metrics if metrics is not None and metrics.num_rows else None,
+        )
+        rows = item.rows
+        with self._cv:
+            if self._closing or (self._queued_rows + rows > self._max_queued and self._queued_rows > 0):
+                return None
+            self._items.append(item)
+            self._queued_rows += rows
+            self._cv.notify()
+        if self._metrics:
+            self._metrics.queued_rows.set(self._queued_rows)
+        return item.future
+
+    @property
+    def queued_spans(self) -> int:
+        return self._queued_rows
+
+    def close(self, timeout: float | None = None) -> None:
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._items and not self._closing:
+                    self._cv.wait()
+                if not self._items:
+                    return
+                items, self._items = self._items, []
+            self._commit(items)
+
+    def _commit(self, items: list[_Batch]) -> None:
+        started = time.perf_counter()
+        rows = sum(i.rows for i in items)
+        now = datetime.now(UTC).replace(tzinfo=None)
+        try:
+            spans = [i.spans for i in items if i.spans is not None]
+            scores = [i.scores for i in items if i.scores is not None]
+            points = [i.metrics for i in items if i.metrics is not None]
+            if spans:
+                table = pa.concat_tables(spans)
+                self._client.insert(INGEST_TABLE, _stamped(table, now), token=token(table))
+            if scores:
+                self._client.insert("span_scores", micros(_stamped(pa.concat_tables(scores), now)))
+            if points:
+                self._client.insert("engine_metrics", micros(_stamped(pa.concat_tables(points), now)))
+        except Exception as exc:  # the clients retry the whole request; the writer keeps running
+            log.warning("insert of %d rows into ClickHouse failed: %s", rows, str(exc).splitlines()[0][:300])
+            if self._metrics:
+                self._metrics.commit_failures.inc()
+            for item in items:
+                item.future.set_exception(exc)
+        else:
+            if self._metrics:
+                self._metrics.inserted.inc(sum(t.num_rows for t in spans))
+                self._metrics.scores.inc(sum(t.num_rows for t in scores))
+                self._metrics.points.inc(sum(t.num_rows for t in points))
+                self._metrics.commit_seconds.observe(time.perf_counter() - started)
+                self._metrics.last_commit.set_to_current_time()
+            for item in items:
+                n = item.spans.num_rows if item.spans is not None else 0
+                item.future.set_result(WriteResult(inserted=n, duplicates=0))
+        finally:
+            with self._cv:
+                self._queued_rows -= rows
+            if self._metrics:
+                self._metrics.queued_rows.set(self._queued_rows)
