@@ -282,9 +282,15 @@ def _serve(settings: Settings) -> int:
 
 
 def _migrate(settings: Settings) -> int:
+    from storage.clickhouse.backend import ClickHouseStorage
+    from storage.clickhouse.schema import SCHEMA_VERSION as CLICKHOUSE_SCHEMA
     from tailwatch.compose import open_storage
 
     storage = open_storage(settings)
+    if isinstance(storage, ClickHouseStorage):
+        storage.close()
+        print(f"ClickHouse: Tailwatch's tables at schema {CLICKHOUSE_SCHEMA}")
+        return 0
     before, after = storage.migrated_from, storage.revision()
     storage.close()
     print(

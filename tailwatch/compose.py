@@ -8,24 +8,44 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from collector.follow import Follower
 from collector.metrics import IngestMetrics
 from collector.normalize import build_plan
 from collector.scrape import Scraper
 from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
 from detectors.notify import Notifier
+from storage.clickhouse.backend import ClickHouseStorage
+from storage.clickhouse.otel_source import ClickHouseOtelTraces
 from storage.duckdb import analyst
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import AnalystSQL
 from tailwatch.settings import Settings
 
+AnyStorage = DuckDBStorage | ClickHouseStorage
 
-def open_storage(settings: Settings, registry: CollectorRegistry | None = None) -> DuckDBStorage:
-    """The configured database, migrated to the newest schema, its writer running."""
+
+def open_storage(settings: Settings, registry: CollectorRegistry | None = None) -> AnyStorage:
+    """The configured store, its schema brought up to date, its writer running."""
     s, i = settings.storage, settings.ingest
+    if s.backend == "clickhouse":
+        ch = s.clickhouse
+        assert ch.dsn is not None  # the settings refuse clickhouse without one
+        return ClickHouseStorage.open(
+            ch.dsn.get_secret_value(),
+            otel_table=ch.otel_table,
+            receivers_write_otel_table=ch.otel_traces == "write",
+            cluster=ch.cluster,
+            ttl_days=s.retention_days,
+            max_queued_spans=i.max_queued_spans,
+            sql_timeout_seconds=settings.sql.timeout_seconds,
+            sql_max_rows=settings.sql.max_rows,
+            registry=registry,
+        )
     return DuckDBStorage.open(
         settings.db,
         memory_limit=s.memory_limit,
@@ -38,6 +58,21 @@ def open_storage(settings: Settings, registry: CollectorRegistry | None = None) 
         sql_max_rows=settings.sql.max_rows,
         registry=registry,
         reserve_bytes=s.reserve_mb * 2**20,
+    )
+
+
+def follower_of(settings: Settings, storage: AnyStorage) -> Follower | None:
+    """The job that normalizes the rows a user's Collector writes to otel_traces; None unless configured."""
+    ch = settings.storage.clickhouse
+    if not isinstance(storage, ClickHouseStorage) or ch.otel_traces != "follow":
+        return None
+    days = settings.storage.retention_days
+    return Follower(
+        ClickHouseOtelTraces(storage.client, ch.otel_table),
+        storage.sink,
+        build_plan(settings.normalize),
+        lag=timedelta(seconds=ch.follow_lag_seconds),
+        start=lambda: datetime.now(UTC).replace(tzinfo=None) - timedelta(days=days),
     )
 
 
@@ -57,7 +92,7 @@ def notifier(settings: Settings, registry: CollectorRegistry | None = None) -> N
 
 def detection_pass(
     settings: Settings,
-    storage: DuckDBStorage,
+    storage: AnyStorage,
     *,
     sink: AlertSink | None = None,
     registry: CollectorRegistry | None = None,
@@ -74,7 +109,7 @@ def detection_pass(
 
 def scraper(
     settings: Settings,
-    storage: DuckDBStorage,
+    storage: AnyStorage,
     *,
     registry: CollectorRegistry | None = None,
     ingest_metrics: IngestMetrics | None = None,

@@ -25,7 +25,7 @@ from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.readers import Reader
 from storage.duckdb.writer import Writer
 from tailwatch.api import api_app
-from tailwatch.compose import detection_pass, notifier, open_storage, scraper
+from tailwatch.compose import AnyStorage, detection_pass, follower_of, notifier, open_storage, scraper
 from tailwatch.connections import ConnectionGuard, ConnectionMetrics, MalformedRequestFilter
 from tailwatch.settings import Settings
 
@@ -50,7 +50,7 @@ class Service:
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
         self.api_port = settings.api_port
-        self._storage: DuckDBStorage | None = None
+        self._storage: AnyStorage | None = None
         self._pipeline: IngestPipeline | None = None
         self._grpc: GrpcReceiver | None = None
         self._http_runner: web.AppRunner | None = None
@@ -68,20 +68,22 @@ class Service:
     @property
     def ready(self) -> bool:
         # A full disk refuses every span: a load balancer should send them to a replica that can store them.
-        return self._ready and not (self._storage is not None and self._storage.writer.disk.full)
+        return self._ready and not (self._storage is not None and self._storage.refusing_writes)
 
     @property
-    def storage(self) -> DuckDBStorage:
+    def storage(self) -> AnyStorage:
         assert self._storage is not None, "the service is not started"
         return self._storage
 
     @property
     def writer(self) -> Writer:
-        """The one writer: every change to the database goes through `writer.submit`."""
+        """The one writer of the DuckDB backend: every change to the database goes through `writer.submit`."""
+        assert isinstance(self.storage, DuckDBStorage), "only the DuckDB backend has a writer of jobs"
         return self.storage.writer
 
     def reader(self) -> Reader:
-        """Read-only access to the running service's database."""
+        """Read-only access to the running service's DuckDB database."""
+        assert isinstance(self.storage, DuckDBStorage), "only the DuckDB backend has a reader"
         return self.storage.reader
 
     async def start(self) -> None:
@@ -134,21 +136,18 @@ class Service:
         self._scheduler = BackgroundScheduler(
             timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 60}
         )
-        self._scheduler.add_job(
-            self.enforce_retention,
-            "interval",
-            seconds=s.storage.retention_interval_seconds,
-            id="retention",
-            next_run_time=datetime.now(UTC),
-        )
-        self._scheduler.add_job(
-            self.settle_engine_facts,
-            "interval",
-            seconds=s.metrics.settle_interval_seconds,
-            id="engine_facts",
-            next_run_time=datetime.now(UTC),
-        )
-        detectors = schedule(self._scheduler, self.detection)
+        if s.scheduler:
+            self._schedule_upkeep(self._scheduler)
+        detectors = schedule(self._scheduler, self.detection) if s.scheduler else []
+        follower = follower_of(s, storage)
+        if follower is not None:
+            self._scheduler.add_job(
+                lambda: follower.run_once(_ago(timedelta(0))),
+                "interval",
+                seconds=s.storage.clickhouse.follow_interval_seconds,
+                id="follow_otel_traces",
+                next_run_time=datetime.now(UTC),
+            )
         self._scheduler.start()
         # Its own thread rather than a scheduler job: one hanging target must not hold up the next round.
         self._scraper = scraper(s, storage, registry=self.registry, ingest_metrics=ingest_metrics)
@@ -158,10 +157,27 @@ class Service:
         # Decoder processes start in the background so the ports answer at once.
         asyncio.get_running_loop().run_in_executor(None, self._pipeline.warm_up)
         log.info(
-            "tailwatch serving: OTLP/gRPC %s:%d, OTLP/HTTP %s:%d, API %s:%d, database %s, detectors %s (%.1fs)",
-            s.host, self.grpc_port, s.host, self.http_port, s.host, self.api_port, s.db,
+            "tailwatch serving: OTLP/gRPC %s:%d, OTLP/HTTP %s:%d, API %s:%d, %s, detectors %s (%.1fs)",
+            s.host, self.grpc_port, s.host, self.http_port, s.host, self.api_port, _store(s),
             ", ".join(detectors) or "none", time.perf_counter() - started,
         )  # fmt: skip
+
+    def _schedule_upkeep(self, scheduler: BackgroundScheduler) -> None:
+        s = self.settings
+        scheduler.add_job(
+            self.enforce_retention,
+            "interval",
+            seconds=s.storage.retention_interval_seconds,
+            id="retention",
+            next_run_time=datetime.now(UTC),
+        )
+        scheduler.add_job(
+            self.settle_engine_facts,
+            "interval",
+            seconds=s.metrics.settle_interval_seconds,
+            id="engine_facts",
+            next_run_time=datetime.now(UTC),
+        )
 
     async def _serve(
         self, app: web.Application, port: int, name: str, tls: ssl.SSLContext | None = None
@@ -235,6 +251,12 @@ class Service:
         if self._storage is not None:
             self._storage.close()
         log.info("tailwatch stopped")
+
+
+def _store(s: Settings) -> str:
+    if s.storage.backend == "clickhouse":
+        return f"ClickHouse ({s.storage.clickhouse.otel_traces} {s.storage.clickhouse.otel_table})"
+    return f"database {s.db}"
 
 
 def _ago(age: timedelta) -> datetime:

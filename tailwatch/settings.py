@@ -113,7 +113,51 @@ class IngestSettings(_Section):
         return choose_decoder(self.decoder)
 
 
+class ClickHouseSettings(_Section):
+    dsn: SecretStr | None = Field(
+        None,
+        description="Where ClickHouse is: http(s)://user:password@host:8123/database, or chdb:///path?database=name "
+        "for ClickHouse in-process (chDB). The database is created when missing.",
+    )
+    otel_table: str = Field(
+        "otel_traces",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The OpenTelemetry Collector clickhouseexporter traces table spans are read from or written to.",
+    )
+    otel_traces: Literal["write", "follow"] = Field(
+        "write",
+        description="write: Tailwatch's receivers store spans in otel_table (created when missing). follow: the "
+        "user's Collector fills otel_table and Tailwatch normalizes its new rows into spans.",
+    )
+    follow_interval_seconds: float = Field(10.0, gt=0, description="follow: how often new rows are read.")
+    follow_lag_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="follow: rows are read once their start is this old, so a Collector's batching and retries "
+        "have landed; a span stored later than that is missed.",
+    )
+    cluster: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="A ClickHouse cluster name: tables are created ON CLUSTER with Replicated engines "
+        "(docs/scale-out.md).",
+    )
+
+
 class StorageSettings(_Section):
+    backend: Literal["duckdb", "clickhouse"] = Field(
+        "duckdb",
+        description="duckdb: one embedded file (db). clickhouse: storage.clickhouse.dsn, for fleets past "
+        "one machine (docs/scale-out.md).",
+    )
+    clickhouse: ClickHouseSettings = ClickHouseSettings()
+
+    @model_validator(mode="after")
+    def _clickhouse_has_a_dsn(self) -> StorageSettings:
+        if self.backend == "clickhouse" and self.clickhouse.dsn is None:
+            raise ValueError("storage.backend is clickhouse but storage.clickhouse.dsn is not set: name the server")
+        return self
+
     memory_limit: str = Field(
         "512MB", description="DuckDB memory_limit; beyond it DuckDB spills to disk. Bounds the service RSS."
     )
@@ -267,6 +311,11 @@ class Settings(_Section):
         30.0,
         ge=0,
         description="On SIGTERM, how long in-flight requests get to finish before the final flush.",
+    )
+    scheduler: bool = Field(
+        True,
+        description="Run the detection pass, retention and engine-fact settling here. With several receivers on "
+        "one ClickHouse, exactly one process keeps it true.",
     )
     ingest: IngestSettings = IngestSettings()
     storage: StorageSettings = StorageSettings()

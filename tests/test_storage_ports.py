@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pytest
-from polars.testing import assert_frame_equal
 from clickhouse_stores import OPENERS
+from polars.testing import assert_frame_equal
 from waiting import HANG_GUARD
 
 from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA

@@ -46,7 +46,7 @@ def _query_error(exc: Exception) -> QueryError:
     text = str(exc)
     match = re.search(r"Code: (\d+)", text)
     code = _ERROR_CODES.get(int(match.group(1)), "query_failed") if match else "query_failed"
-    return QueryError(code, text.split("Stack trace")[0].strip()[:2000])
+    return QueryError(code, text.split("Stack trace", maxsplit=1)[0].strip()[:2000])
 
 
 class ClickHouseAnalyst:
@@ -75,7 +75,9 @@ class ClickHouseAnalyst:
             raise _query_error(exc) from None
         if not ast or not ast[0].startswith(READING):
             kind = ast[0].split(" ")[0] if ast else "nothing"
-            raise QueryError("read_only", f"only SELECT (and EXPLAIN, DESCRIBE, SHOW) statements are allowed; this is {kind}")
+            raise QueryError(
+                "read_only", f"only SELECT (and EXPLAIN, DESCRIBE, SHOW) statements are allowed; this is {kind}"
+            )
         if "Set" in ast:
             raise QueryError("forbidden", "a SETTINGS clause is not allowed: the SQL endpoint's limits hold")
         refused = self._functions()

@@ -47,6 +47,11 @@ class ClickHouseStorage:
         self._closed = False
 
     @property
+    def refusing_writes(self) -> bool:
+        """Whether every write is refused for now (a full disk): readiness says so to load balancers."""
+        return False  # the server's disks are its own to watch; a refused insert is retryable
+
+    @property
     def sink(self) -> ClickHouseWriter:
         return self.writer
 

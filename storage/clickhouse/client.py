@@ -8,11 +8,10 @@ times coming back, like the DuckDB backend's, and with `final = 1`: the tables w
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
-
-import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import clickhouse_connect
@@ -66,11 +65,10 @@ def naive(table: pa.Table) -> pa.Table:
     fields = []
     columns = []
     for field, column in zip(table.schema, table.columns, strict=True):
-        if pa.types.is_timestamp(field.type) and field.type.tz is not None:
-            column = pc.cast(column, pa.timestamp(field.type.unit))
-            field = field.with_type(pa.timestamp(field.type.unit))
-        fields.append(field)
-        columns.append(column)
+        zoned = pa.types.is_timestamp(field.type) and field.type.tz is not None
+        plain = pa.timestamp(field.type.unit) if zoned else field.type
+        fields.append(field.with_type(plain))
+        columns.append(pc.cast(column, plain) if zoned else column)
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
@@ -116,7 +114,9 @@ class ClickHouse:
             table = self._client.query_arrow(with_settings(sql, settings), parameters=dict(params or {}))
         yield naive(table).to_reader()
 
-    def command(self, sql: str, params: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None) -> Any:
+    def command(
+        self, sql: str, params: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None
+    ) -> Any:
         with self._lock:
             return self._client.command(with_settings(sql, settings), parameters=dict(params or {}))
 

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import duckdb
 import pyarrow as pa
 
 from collector.model import ENGINE_JOINED
@@ -29,6 +28,7 @@ from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import SPAN_JSON_COLUMNS, Column, clickhouse_type, tables_of
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
+from storage.duckdb.engine_facts import FACTS
 from storage.duckdb.reads import DuckDBWindowSource
 from storage.ports import Window
 
@@ -155,7 +155,11 @@ class Evaluator:
                     {"lo": _minus(lo, ENGINE_REACH + PAIRING_REACH), "hi": _plus(hi, ENGINE_REACH + PAIRING_REACH)},
                 ),
             )
-            return con.execute(_settle_sql(self.tables["spans"]), {"lo": window.start, "hi": window.end}).arrow().read_all()
+            cur = con.cursor()
+            try:
+                return cur.sql(_settle_sql(self.tables["spans"]), params=[window.start, window.end]).to_arrow_table()
+            finally:
+                cur.close()
 
     def _unsettled(self, w: Window) -> bool:
         row = self._con.execute(
@@ -175,8 +179,9 @@ def _plus(t: datetime | None, d: timedelta) -> datetime:
 
 
 def _settle_sql(columns: list[Column]) -> str:
-    from storage.duckdb.engine_facts import FACTS
-
     facts = {f"engine_{fact}": f"f.{fact}" for fact in FACTS} | {"engine_settled": "true"}
     select = ", ".join(f"{facts.get(c.name, f's.{c.name}')} AS {c.name}" for c in columns)
-    return f"SELECT {select} FROM span_engine_facts_between($lo, $hi) AS f JOIN spans AS s ON s.rowid = f.row_id"
+    return (
+        f"SELECT {select} FROM span_engine_facts_between(?::TIMESTAMP, ?::TIMESTAMP) AS f "
+        "JOIN spans AS s ON s.rowid = f.row_id"
+    )

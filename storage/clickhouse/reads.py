@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine
-from storage.clickhouse.schema import Column, LAYOUTS
+from storage.clickhouse.schema import LAYOUTS, Column
 from storage.duckdb.console_reads import ENGINE_MARGIN
 from storage.ports import DetectorHealth, Requests, RequestSummary, Scores, SloCounts, Window
 

@@ -119,10 +119,14 @@ def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, t
         body.append("    `_version` UInt64 DEFAULT 0")
     if name == "spans":
         body.append("    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1")
-    engine = ("ReplacingMergeTree(_version)" if spec.replacing else "MergeTree()") if not cluster else (
-        "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}', _version)"
-        if spec.replacing
-        else "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}')"
+    engine = (
+        ("ReplacingMergeTree(_version)" if spec.replacing else "MergeTree()")
+        if not cluster
+        else (
+            "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}', _version)"
+            if spec.replacing
+            else "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}')"
+        )
     )
     parts = [
         f"CREATE TABLE IF NOT EXISTS {_quote(name)}{_on(cluster)} (\n" + ",\n".join(body) + "\n)",
@@ -171,6 +175,9 @@ OTEL_TRACES_COLUMNS: dict[str, str] = {
 }
 
 
+_DEDUP_WINDOW = ", non_replicated_deduplication_window = 1000"
+
+
 def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | None) -> str:
     ttl = f"TTL toDateTime(Timestamp) + toIntervalSecond({int(ttl_days * 86400)})" if ttl_days else ""
     engine = (
@@ -205,7 +212,7 @@ CREATE TABLE IF NOT EXISTS {_quote(table)}{_on(cluster)} (
 PARTITION BY toDate(Timestamp)
 ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))
 {ttl}
-SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1{"" if cluster else ", non_replicated_deduplication_window = 1000"}
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1{"" if cluster else _DEDUP_WINDOW}
 """
 
 
@@ -323,7 +330,8 @@ def create_all(
                                        cluster=cluster):  # fmt: skip
         client.command(statement)
     client.command(
-        f"CREATE TABLE IF NOT EXISTS tailwatch_schema{_on(cluster)} (version UInt32, applied_at DateTime DEFAULT now()) "
+        f"CREATE TABLE IF NOT EXISTS tailwatch_schema{_on(cluster)} "
+        "(version UInt32, applied_at DateTime DEFAULT now()) "
         "ENGINE = " + ("MergeTree()" if not cluster else
                        "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/tailwatch_schema', '{replica}')")
         + " ORDER BY version"

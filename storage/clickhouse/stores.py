@@ -11,18 +11,18 @@ that is logged stored everything.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
-from storage.clickhouse.evaluator import Evaluator, Needs
+from storage.clickhouse.evaluator import Evaluator
 from storage.clickhouse.schema import Column
 from storage.duckdb.detector_store import COUNTED_ONCE_PER_MINUTE
-from storage.duckdb.engine_facts import CHUNK, FACTS
+from storage.duckdb.engine_facts import CHUNK
 from storage.ports import Alert, EvaluationRecord, FiringState, RunRecord, TargetHealth, Window
 
 _ARROW = {
@@ -121,14 +121,13 @@ class ClickHouseDetectorStore:
             self._replace_window(table, window, rows)
         if alerts.num_rows:
             self._client.insert("alerts", alerts)
-        self._client.command(
-            "DELETE FROM alert_conditions WHERE detector = {d:String}", {"d": run.detector}
-        ) if self._has("alert_conditions", "detector = {d:String}", {"d": run.detector}) else None
+        if self._has("alert_conditions", "detector = {d:String}", {"d": run.detector}):
+            self._client.command("DELETE FROM alert_conditions WHERE detector = {d:String}", {"d": run.detector})
         if conditions.num_rows:
             self._client.insert("alert_conditions", conditions)
         self.log_run(run)
 
-    def _has(self, table: str, where: str, params: dict[str, object]) -> bool:
+    def _has(self, table: str, where: str, params: Mapping[str, object]) -> bool:
         return bool(int(self._client.command(f"SELECT count() FROM {table} WHERE {where}", params)))
 
     def _replace_window(self, table: str, window: Window, rows: pa.Table) -> None:
@@ -149,17 +148,10 @@ class ClickHouseDetectorStore:
         row = {
             "detector": run.detector, "evaluated_at": run.at, "window_start": run.window.start,
             "window_end": run.window.end, "outcome": run.outcome, "seconds": run.seconds, "rows": run.rows,
-            "conditions": run.conditions, "error": run.error, "ran_at": datetime.now().astimezone().replace(tzinfo=None)
-            if False else _utcnow(),
+            "conditions": run.conditions, "error": run.error, "ran_at": datetime.now(UTC).replace(tzinfo=None),
         }  # fmt: skip
-        self._client.insert("detector_runs", fit(pa.Table.from_pylist([row]), self._tables["detector_runs"],
-                                                 "detector_runs"))  # fmt: skip
-
-
-def _utcnow() -> datetime:
-    from datetime import UTC
-
-    return datetime.now(UTC).replace(tzinfo=None)
+        runs = fit(pa.Table.from_pylist([row]), self._tables["detector_runs"], "detector_runs")
+        self._client.insert("detector_runs", runs)
 
 
 def _known(tables: dict[str, list[Column]], table: str) -> bool:
@@ -224,9 +216,7 @@ class ClickHouseRetention:
             if self._otel:
                 self._client.command(f"DELETE FROM `{self._otel}` WHERE Timestamp < {{c:DateTime64(9)}}", params)
         self._client.command("DELETE FROM engine_metrics WHERE time < {c:DateTime64(6)}", params)
-        self._client.command(
-            "DELETE FROM slo_burn_minutes WHERE minute < {c:DateTime64(6)} - INTERVAL 90 DAY", params
-        )
+        self._client.command("DELETE FROM slo_burn_minutes WHERE minute < {c:DateTime64(6)} - INTERVAL 90 DAY", params)
         return deleted
 
 
@@ -245,11 +235,15 @@ class ClickHouseEngineFacts:
             return 0
         limit = min(until, newest)
         while True:
-            low = self._client.arrow(
-                "SELECT min(end_time) AS t FROM spans WHERE is_llm AND engine_settled IS NULL "
-                "AND end_time < {l:DateTime64(6)}",
-                {"l": limit},
-            ).column(0)[0].as_py()
+            low = (
+                self._client.arrow(
+                    "SELECT min(end_time) AS t FROM spans WHERE is_llm AND engine_settled IS NULL "
+                    "AND end_time < {l:DateTime64(6)}",
+                    {"l": limit},
+                )
+                .column(0)[0]
+                .as_py()
+            )
             if low is None:
                 return settled
             window = Window(low, min(limit, low + CHUNK))
@@ -259,6 +253,3 @@ class ClickHouseEngineFacts:
             self._client.insert("spans", rows.append_column(
                 "_version", pa.array([version()] * rows.num_rows, pa.uint64())))  # fmt: skip
             settled += rows.num_rows
-
-
-__all__ = ["FACTS", "Needs", "timedelta"]

@@ -144,7 +144,7 @@ class ClickHouseWriter:
                 self._client.insert("span_scores", micros(_stamped(pa.concat_tables(scores), now)))
             if points:
                 self._client.insert("engine_metrics", micros(_stamped(pa.concat_tables(points), now)))
-        except Exception as exc:  # the clients retry the whole request; the writer keeps running
+        except Exception as exc:  # noqa: BLE001 - the clients retry the whole request; the writer keeps running
             log.warning("insert of %d rows into ClickHouse failed: %s", rows, str(exc).splitlines()[0][:300])
             if self._metrics:
                 self._metrics.commit_failures.inc()

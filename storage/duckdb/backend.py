@@ -70,6 +70,11 @@ class DuckDBStorage:
         self._closed = False
 
     @property
+    def refusing_writes(self) -> bool:
+        """Whether every write is refused for now (a full disk): readiness says so to load balancers."""
+        return self.writer.disk.full
+
+    @property
     def sink(self) -> Writer:
         return self.writer
 
