@@ -63,14 +63,15 @@ class ClickHouseAnalyst:
             self._table_functions = frozenset(r[0] for r in names) - SAFE_TABLE_FUNCTIONS
         return self._table_functions
 
-    def _check(self, sql: str) -> None:
+    def _check(self, sql: str, named: Mapping[str, Any]) -> str:
+        """The statement as ClickHouse's parser reads it (one line, comments gone), once it passes the walls."""
         if not sql.strip():
             raise QueryError("empty_query", "the statement is empty")
         try:
-            ast = [r[0].strip() for r in self._client.rows(f"EXPLAIN AST {sql}")]
+            [(single,)] = self._client.rows("SELECT formatQuerySingleLine({q:String})", {"q": sql})
+            ast = [r[0].strip() for r in self._client.rows(f"EXPLAIN AST {single}", named)]
         except ClickHouseError as exc:
-            text = str(exc)
-            if "Multi-statements are not allowed" in text or "explainString" in text:
+            if "Multi-statements are not allowed" in str(exc):
                 raise QueryError("multiple_statements", "send one statement at a time") from None
             raise _query_error(exc) from None
         if not ast or not ast[0].startswith(READING):
@@ -88,6 +89,7 @@ class ClickHouseAnalyst:
                     f"{m.group(1)}() reaches files, the network or other systems: the SQL endpoint refuses it "
                     "(query the tables instead)",
                 )
+        return str(single)
 
     def _settings(self, cap: int | None) -> dict[str, Any]:
         settings: dict[str, Any] = {"readonly": 2, "max_execution_time": self.timeout_seconds}
@@ -98,7 +100,7 @@ class ClickHouseAnalyst:
     def run(self, sql: str, params: Params = None, *, max_rows: int | None = None) -> QueryResult:
         cap = self.max_rows if max_rows is None else min(max_rows, self.max_rows)
         named = _named(params)
-        self._check(sql)
+        sql = self._check(sql, named)
         started = time.perf_counter()
         try:
             table = self._client.arrow(sql, named, self._settings(cap))
@@ -110,9 +112,10 @@ class ClickHouseAnalyst:
 
     @contextmanager
     def stream(self, sql: str, params: Params = None) -> Iterator[pa.RecordBatchReader]:
-        self._check(sql)
+        named = _named(params)
+        sql = self._check(sql, named)
         try:
-            with self._client.stream(sql, _named(params), {"readonly": 2}) as reader:
+            with self._client.stream(sql, named, {"readonly": 2}) as reader:
                 yield reader
         except ClickHouseError as exc:
             raise _query_error(exc) from None

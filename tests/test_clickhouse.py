@@ -1,0 +1,230 @@
+"""The ClickHouse backend beyond the ports' conformance suite: the service on it, the same figures as
+DuckDB's from the same simulated fleet, counting once across writers and retries, the otel_traces layout
+written and followed, the analyst walls, schema mismatches and refused inserts. chDB in-process."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from clickhouse_stores import chdb_dsn, open_chdb
+from conftest import RunningService, service_settings
+from polars.testing import assert_frame_equal
+from test_storage_ports import REQUESTS, SCORES, WINDOW
+from waiting import HANG_GUARD
+
+from collector.follow import Follower
+from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from collector.normalize import NormalizeConfig, build_plan
+from detectors.registry import REGISTRY
+from storage.clickhouse.backend import ClickHouseStorage
+from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.otel_source import ClickHouseOtelTraces
+from storage.clickhouse.schema import SchemaMismatch
+from storage.ports import QueryError, Requests
+from tailwatch import simulate
+
+
+def spans() -> pa.Table:
+    return pa.Table.from_pylist(REQUESTS, schema=SPAN_BATCH_SCHEMA)
+
+
+def stored(store: ClickHouseStorage, sql: str) -> Any:
+    return store.client.arrow(sql).column(0)[0].as_py()
+
+
+def store_all(store: ClickHouseStorage, table: pa.Table, scores: pa.Table | None = None) -> None:
+    future = store.sink.try_submit(table, scores)
+    assert future is not None
+    future.result(timeout=HANG_GUARD)
+
+
+def test_a_retried_request_counts_once_across_two_writers_however_it_is_grouped() -> None:
+    dsn = chdb_dsn("two_writers")
+    first, second = ClickHouseStorage.open(dsn), ClickHouseStorage.open(dsn)
+    try:
+        table = spans()
+        store_all(first, table)
+        store_all(second, table.slice(0, 100))  # a retry through another receiver, grouped differently
+        store_all(first, table)  # the same request again, whole
+        assert stored(first, "SELECT count() FROM spans") == len(REQUESTS)
+        requests = Requests(WINDOW, ("e2e_ms",)).fetch(second.windows)
+        assert requests.num_rows == len({r["trace_id"] for r in REQUESTS if WINDOW.start <= r["end_time"] < WINDOW.end})
+        # otel_traces is the exporter's MergeTree, deduplicated by insert: the whole retry by its token, and
+        # ClickHouse dropped the regrouped slice too (its blocks repeat stored ones).
+        assert stored(first, "SELECT count() FROM otel_traces") == len(REQUESTS)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_receivers_write_the_exporter_layout_with_attributes_as_text_maps() -> None:
+    store = open_chdb("layout")
+    try:
+        row = {**REQUESTS[0], "attributes": '{"gen_ai.request.model":"llama","gen_ai.usage.input_tokens":42}',
+               "resource": '{"service.name":"gw"}', "kind": "SERVER", "status_code": "OK"}  # fmt: skip
+        store_all(store, pa.Table.from_pylist([row], schema=SPAN_BATCH_SCHEMA))
+        [otel] = store.client.arrow(
+            "SELECT SpanKind, StatusCode, SpanAttributes, ResourceAttributes, Duration FROM otel_traces"
+        ).to_pylist()
+        assert otel["SpanKind"] == "Server" and otel["StatusCode"] == "Ok"
+        assert dict(otel["SpanAttributes"]) == {"gen_ai.request.model": "llama", "gen_ai.usage.input_tokens": "42"}
+        assert dict(otel["ResourceAttributes"]) == {"service.name": "gw"}
+        assert otel["Duration"] == int((row["end_time"] - row["start_time"]) / timedelta(microseconds=1)) * 1000
+    finally:
+        store.close()
+
+
+def test_a_followed_otel_traces_gives_the_same_requests_as_spans_received_over_otlp(tmp_path: Path) -> None:
+    source, follower_store = open_chdb("written"), None
+    try:
+        rows = []
+        for r in REQUESTS:
+            attributes = {"gen_ai.request.model": r["model"], "gen_ai.usage.input_tokens": r["input_tokens"],
+                          "gen_ai.usage.output_tokens": r["output_tokens"], "gen_ai.operation.name": "chat",
+                          "tenant.id": r["tenant_id"]}  # fmt: skip
+            rows.append({**r, "attributes": pl.Series([attributes]).struct.json_encode()[0]})
+        store_all(source, pa.Table.from_pylist(rows, schema=SPAN_BATCH_SCHEMA))
+        database = f"{source.client.arrow('SELECT currentDatabase() AS d').column(0)[0].as_py()}"
+        follower_dsn = chdb_dsn("followed")
+        admin = ClickHouse(follower_dsn)
+        admin.command(f"CREATE TABLE otel_traces AS {database}.otel_traces")
+        admin.command(f"INSERT INTO otel_traces SELECT * FROM {database}.otel_traces")
+        follower_store = ClickHouseStorage.open(follower_dsn, receivers_write_otel_table=False)
+        plan = build_plan(NormalizeConfig())
+        follower = Follower(
+            ClickHouseOtelTraces(follower_store.client, "otel_traces"),
+            follower_store.sink,
+            plan,
+            lag=timedelta(0),
+            start=lambda: datetime(2000, 1, 1),
+        )
+        assert follower.run_once(WINDOW.end + timedelta(hours=1)) == len(REQUESTS)
+        assert follower.run_once(WINDOW.end + timedelta(hours=1)) == 0  # the cursor moved past them
+        columns = ("model", "tenant_id", "input_tokens", "output_tokens", "e2e_ms", "status_code")
+        followed = pl.from_arrow(Requests(WINDOW, columns, ids=True).fetch(follower_store.windows))
+        assert isinstance(followed, pl.DataFrame)
+        assert followed.height > 0
+        expected = pl.DataFrame(REQUESTS, infer_schema_length=None).filter(
+            (pl.col("end_time") >= WINDOW.start) & (pl.col("end_time") < WINDOW.end)
+        )
+        assert_frame_equal(
+            followed.select("trace_id", "model", "tenant_id", "input_tokens", "output_tokens").sort("trace_id"),
+            expected.select("trace_id", "model", "tenant_id", "input_tokens", "output_tokens").sort("trace_id"),
+        )
+    finally:
+        source.close()
+        if follower_store is not None:
+            follower_store.close()
+
+
+def test_an_existing_otel_traces_of_another_layout_is_refused_naming_the_column() -> None:
+    dsn = chdb_dsn("mismatch")
+    admin = ClickHouse(dsn)
+    admin.command("CREATE TABLE otel_traces (Timestamp DateTime64(9), TraceId String, SpanId String) "
+                  "ENGINE = MergeTree ORDER BY Timestamp")  # fmt: skip
+    with pytest.raises(SchemaMismatch, match="no column ParentSpanId"):
+        ClickHouseStorage.open(dsn)
+    admin.command("DROP TABLE otel_traces")
+    admin.command("CREATE TABLE otel_traces (Timestamp DateTime64(9), TraceId UInt64) ENGINE = MergeTree ORDER BY Timestamp")
+    with pytest.raises(SchemaMismatch, match=r"otel_traces\.TraceId is UInt64"):
+        ClickHouseStorage.open(dsn)
+
+
+def test_a_refused_insert_acknowledges_nothing_and_the_sink_recovers() -> None:
+    store = open_chdb("refused")
+    try:
+        # What a client sees of a server that refuses: an insert that fails.
+        store.client.command("RENAME TABLE spans_ingest TO spans_ingest_gone")
+        future = store.sink.try_submit(spans())
+        assert future is not None
+        with pytest.raises(Exception):  # noqa: B017 - whatever the server says, the request is not acknowledged
+            future.result(timeout=HANG_GUARD)
+        assert stored(store, "SELECT count() FROM spans") == 0
+        store.client.command("RENAME TABLE spans_ingest_gone TO spans_ingest")
+        store_all(store, spans())
+        assert stored(store, "SELECT count() FROM spans") == len(REQUESTS)
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def analyst_store() -> Any:
+    store = open_chdb("analyst")
+    store_all(store, spans(), pa.Table.from_pylist(SCORES, schema=SCORE_BATCH_SCHEMA))
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "code"),
+    [
+        ("SELECT * FROM file('/etc/passwd', 'LineAsString')", "forbidden"),
+        ("SELECT * FROM spans s JOIN url('http://127.0.0.1:1/x', CSV) u ON 1", "forbidden"),
+        ("SELECT count() FROM spans SETTINGS max_execution_time = 0", "forbidden"),
+        ("INSERT INTO alerts SELECT * FROM alerts", "read_only"),
+        ("DROP TABLE spans", "read_only"),
+        ("SELECT 1; SELECT 2", "multiple_statements"),
+        ("", "empty_query"),
+    ],
+)
+def test_the_analyst_endpoint_refuses_what_is_not_a_bounded_read(
+    analyst_store: ClickHouseStorage, sql: str, code: str
+) -> None:
+    with pytest.raises(QueryError) as refused:
+        analyst_store.analyst.run(sql)
+    assert refused.value.code == code
+
+
+def test_an_analyst_read_is_capped_typed_and_takes_named_parameters(analyst_store: ClickHouseStorage) -> None:
+    result = analyst_store.analyst.run(
+        "SELECT trace_id, e2e_ms FROM spans WHERE e2e_ms > {floor:Float64} -- file( in a comment is no call",
+        {"floor": 0.0},
+        max_rows=10,
+    )
+    assert result.table.num_rows == 10 and result.truncated
+    assert result.types == ["String", "Nullable(Float64)"]
+    assert analyst_store.analyst.run("SELECT count() AS n FROM spans").table.column(0)[0].as_py() == len(REQUESTS)
+    with pytest.raises(QueryError, match="named parameters"):
+        analyst_store.analyst.run("SELECT 1", [1])
+
+
+def test_a_simulated_fleet_gives_the_same_figures_and_alerts_on_duckdb_and_clickhouse(tmp_path: Path) -> None:
+    names = ["decode_jitter", "noisy_neighbor", "replica_drift"]
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30)
+    shape: dict[str, Any] = {"seed": 7, "end": end, "history_hours": 2.0, "history_rate": 0.1, "rate": 3.0}
+    at = end + timedelta(seconds=30)
+    settings = {
+        "duckdb": service_settings(tmp_path / "tw.duckdb"),
+        "clickhouse": service_settings(
+            tmp_path / "unused.duckdb", storage={"backend": "clickhouse", "clickhouse": {"dsn": chdb_dsn("fleet")}}
+        ),
+    }
+    figures: dict[str, dict[str, pl.DataFrame]] = {}
+    for backend, s in settings.items():
+        with RunningService(s) as svc:
+            simulate.run(names, endpoint=svc.grpc_target, protocol="grpc", emitter="attributes", **shape)
+            detection = svc.service.detection
+            assert detection is not None
+            detection.run(at)
+            analyst = svc.service.storage.analyst
+            figures[backend] = {}
+            for key in [*REGISTRY, "alerts", "clusters"]:
+                table = analyst.run(f"SELECT * FROM {key}", max_rows=1_000_000).table
+                frame = pl.from_arrow(table)
+                assert isinstance(frame, pl.DataFrame)
+                drop = [c for c in ("evaluated_at", "_version", "started_at", "updated_at") if c in frame.columns]
+                figures[backend][key] = frame.drop(drop)
+    assert sum(f.height for f in figures["duckdb"].values()) > 0
+    assert figures["duckdb"]["alerts"].height > 0
+    for key, duck in figures["duckdb"].items():
+        click = figures["clickhouse"][key].select(duck.columns)
+        click = click.cast(dict(duck.schema), strict=False)  # Int32 vs BIGINT and the like: the values must agree
+        # Counts, labels and quantiles (order statistics) agree exactly; a mean is a float sum whose order follows
+        # the storage's row order, so it agrees to the last few bits.
+        assert_frame_equal(duck.sort(duck.columns), click.sort(duck.columns), check_exact=False, rel_tol=1e-12,
+                           abs_tol=0)  # fmt: skip
