@@ -130,7 +130,9 @@ def test_an_existing_otel_traces_of_another_layout_is_refused_naming_the_column(
     with pytest.raises(SchemaMismatch, match="no column ParentSpanId"):
         ClickHouseStorage.open(dsn)
     admin.command("DROP TABLE otel_traces")
-    admin.command("CREATE TABLE otel_traces (Timestamp DateTime64(9), TraceId UInt64) ENGINE = MergeTree ORDER BY Timestamp")
+    admin.command(
+        "CREATE TABLE otel_traces (Timestamp DateTime64(9), TraceId UInt64) ENGINE = MergeTree ORDER BY Timestamp"
+    )
     with pytest.raises(SchemaMismatch, match=r"otel_traces\.TraceId is UInt64"):
         ClickHouseStorage.open(dsn)
 
