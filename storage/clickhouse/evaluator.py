@@ -77,7 +77,7 @@ class Evaluator:
         with self._lock:
             con = self._con
             for table in _LOADED:
-                con.execute(f"DELETE FROM {table}")
+                con.execute(f"DELETE FROM {table}").fetchall()
             self._load(client, needs)
             yield DuckDBWindowSource(con)
 
@@ -86,7 +86,7 @@ class Evaluator:
             return
         self._con.register("_tailwatch_loaded", rows)
         try:
-            self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tailwatch_loaded")
+            self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tailwatch_loaded").fetchall()
         finally:
             self._con.unregister("_tailwatch_loaded")
 
@@ -123,22 +123,27 @@ class Evaluator:
                 ),
             )
         if needs.engine and self._unsettled(w):
-            lo, hi = self._con.execute("SELECT min(start_time), max(end_time) FROM spans").fetchone() or (None, None)
-            self._insert(
-                "engine_metrics",
-                client.arrow(
-                    f"SELECT {self._select('engine_metrics')} FROM engine_metrics "
-                    "WHERE time >= {lo:DateTime64(6)} AND time < {hi:DateTime64(6)}",
-                    {"lo": _minus(lo, ENGINE_REACH + PAIRING_REACH), "hi": _plus(hi, ENGINE_REACH + PAIRING_REACH)},
-                ),
-            )
+            self._load_engine(client)
+
+    def _load_engine(self, client: ClickHouse) -> None:
+        """The engine points the join can reach from the loaded spans."""
+        [(lo, hi)] = self._con.execute("SELECT min(start_time), max(end_time) FROM spans").fetchall()
+        reach = ENGINE_REACH + PAIRING_REACH
+        self._insert(
+            "engine_metrics",
+            client.arrow(
+                f"SELECT {self._select('engine_metrics')} FROM engine_metrics "
+                "WHERE time >= {lo:DateTime64(6)} AND time < {hi:DateTime64(6)}",
+                {"lo": _minus(lo, reach), "hi": _plus(hi, reach)},
+            ),
+        )
 
     def settle(self, client: ClickHouse, window: Window) -> pa.Table:
         """The unsettled LLM spans that ended in `window` as `spans` rows with their engine facts stored."""
         with self._lock:
             con = self._con
             for table in _LOADED:
-                con.execute(f"DELETE FROM {table}")
+                con.execute(f"DELETE FROM {table}").fetchall()
             params = {"s": window.start, "e": window.end}
             spans = client.arrow(
                 f"SELECT {self._select('spans')} FROM spans WHERE is_llm AND engine_settled IS NULL "
@@ -146,15 +151,7 @@ class Evaluator:
                 params,
             )
             self._insert("spans", spans)
-            lo, hi = con.execute("SELECT min(start_time), max(end_time) FROM spans").fetchone() or (None, None)
-            self._insert(
-                "engine_metrics",
-                client.arrow(
-                    f"SELECT {self._select('engine_metrics')} FROM engine_metrics "
-                    "WHERE time >= {lo:DateTime64(6)} AND time < {hi:DateTime64(6)}",
-                    {"lo": _minus(lo, ENGINE_REACH + PAIRING_REACH), "hi": _plus(hi, ENGINE_REACH + PAIRING_REACH)},
-                ),
-            )
+            self._load_engine(client)
             cur = con.cursor()
             try:
                 return cur.sql(_settle_sql(self.tables["spans"]), params=[window.start, window.end]).to_arrow_table()
@@ -162,12 +159,12 @@ class Evaluator:
                 cur.close()
 
     def _unsettled(self, w: Window) -> bool:
-        row = self._con.execute(
+        [(unsettled,)] = self._con.execute(
             "SELECT count(*) FROM spans WHERE engine_settled IS NULL AND end_time >= ? - INTERVAL 1 HOUR "
             "AND end_time < ? + INTERVAL 1 HOUR",
             [w.start, w.end],
-        ).fetchone()
-        return bool(row and row[0])
+        ).fetchall()
+        return bool(unsettled)
 
 
 def _minus(t: datetime | None, d: timedelta) -> datetime:
