@@ -4,6 +4,7 @@ written and followed, the analyst walls, schema mismatches and refused inserts. 
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from storage.clickhouse.backend import ClickHouseStorage
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.otel_source import ClickHouseOtelTraces
 from storage.clickhouse.schema import SchemaMismatch
-from storage.ports import QueryError, Requests
+from storage.duckdb.backend import DuckDBStorage
+from storage.ports import Aggregate, Measure, QueryError, Requests, RequestSummary
 from tailwatch import simulate
 
 
@@ -240,3 +242,71 @@ def test_a_simulated_fleet_gives_the_same_figures_and_alerts_on_duckdb_and_click
         # the storage's row order, so it agrees to the last few bits.
         assert_frame_equal(duck.sort(duck.columns), click.sort(duck.columns), check_exact=False, rel_tol=1e-12,
                            abs_tol=0)  # fmt: skip
+
+
+def paired_spans(seed: int) -> pa.Table:
+    """Requests as a gateway and an engine report them: client and server spans of one request, retries (one
+    client, several servers), clients whose server never reported, servers without a client, and figures,
+    tenants and statuses on one side or the other."""
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    base = WINDOW.start - timedelta(minutes=2)
+    for i in range(300):
+        start = base + timedelta(seconds=rng.uniform(0, 540))
+        e2e = rng.uniform(100, 3000)
+        trace = f"{seed:08x}{i:024x}"
+        shape = rng.choice(["pair", "retry", "client_only", "server_only", "pair"])
+        tenant = rng.choice(["acme", "globex", None])
+        common = {"trace_id": trace, "name": "chat", "is_llm": True, "deployment": "vllm-a"}
+        client = {**common, "span_id": f"c{i:015x}", "kind": "CLIENT", "llm_role": "client", "start_time": start,
+                  "end_time": start + timedelta(milliseconds=e2e + 20), "duration_ms": e2e + 20,
+                  "status_code": rng.choice(["OK", "UNSET", "ERROR"]), "tenant_id": tenant,
+                  "ttft_ms": rng.choice([None, rng.uniform(50, 300)]), "e2e_ms": e2e + 20}  # fmt: skip
+        servers = []
+        for attempt in range(3 if shape == "retry" else 1):
+            s_start = start + timedelta(milliseconds=5 + attempt * e2e / 3)
+            servers.append({**common, "span_id": f"s{i:013x}{attempt:02x}", "kind": "SERVER", "llm_role": "server",
+                            "start_time": s_start, "end_time": s_start + timedelta(milliseconds=e2e / 3),
+                            "duration_ms": e2e / 3, "status_code": rng.choice(["OK", "UNSET", "ERROR"]),
+                            "model": rng.choice(["llama", "qwen"]), "tenant_id": rng.choice([None, "initech"]),
+                            "tpot_ms": rng.choice([None, rng.uniform(5, 40)]), "e2e_ms": e2e / 3,
+                            "ttft_ms": rng.choice([None, rng.uniform(50, 300)]),
+                            "cache_hit_ratio": rng.random()})  # fmt: skip
+        if shape != "server_only":
+            rows.append(client)
+        if shape != "client_only":
+            rows.extend(servers)
+    return pa.Table.from_pylist(rows, schema=SPAN_BATCH_SCHEMA)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_summary_computed_in_clickhouse_equals_duckdbs_over_clients_servers_and_retries(
+    tmp_path: Path, seed: int
+) -> None:
+    table = paired_spans(seed)
+    duck, click = DuckDBStorage.open(tmp_path / "pairs.duckdb"), open_chdb(f"pairs{seed}")
+    try:
+        for store in (duck, click):
+            store_all(store, table)  # type: ignore[arg-type]
+        read = RequestSummary(
+            WINDOW,
+            grouping_sets=(("tenant_id",), ("model", "status_code"), ()),
+            measures=(
+                Measure("n", Aggregate.COUNT),
+                Measure("e2e_p99", Aggregate.QUANTILE, "e2e_ms", 0.99),
+                Measure("ttft_p50", Aggregate.QUANTILE, "ttft_ms", 0.5),
+                Measure("tpot_p90", Aggregate.QUANTILE, "tpot_ms", 0.9),
+                Measure("cache_mean", Aggregate.MEAN, "cache_hit_ratio"),
+            ),
+        )
+        frames = [pl.from_arrow(read.fetch(store.windows)) for store in (duck, click)]
+        assert isinstance(frames[0], pl.DataFrame) and isinstance(frames[1], pl.DataFrame)
+        expected, got = (f.sort(["grouping_set", "tenant_id", "model", "status_code"]) for f in frames)
+        assert expected.height > 5
+        assert_frame_equal(expected, got.select(expected.columns), check_dtypes=False, check_exact=False,
+                           rel_tol=1e-12, abs_tol=0)  # fmt: skip
+        exact = ["grouping_set", "tenant_id", "model", "status_code", "n", "e2e_p99", "ttft_p50", "tpot_p90"]
+        assert_frame_equal(expected.select(exact), got.select(exact), check_dtypes=False, check_exact=True)
+    finally:
+        duck.close()
+        click.close()

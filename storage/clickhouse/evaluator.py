@@ -16,7 +16,7 @@ and a span of the window is not settled yet; and the traffic labels stored for t
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -46,10 +46,36 @@ class Needs:
     scores: bool = False
     labels: bool = False
     trace_id: str | None = None  # only this trace's spans (the console's trace view)
+    # The request-model columns the read asks for; None: all of them. Every other column of `spans` is loaded
+    # as NULL: each output column of the request model depends on its own span column and the pairing keys.
+    columns: frozenset[str] | None = None
+
+
+# What pairing, the engine join and the NOT NULL columns read, whatever the read asks for.
+_ALWAYS = frozenset(
+    {"trace_id", "span_id", "llm_role", "is_llm", "name", "kind", "start_time", "end_time", "duration_ms",
+     "status_code", "ingested_at", "engine_settled", "replica_id", "deployment"}
+)  # fmt: skip
+# Request-model columns filled from a settled span's engine facts too.
+_FROM_FACTS = {
+    "queue_depth": ("engine_queue_depth",), "replica_count": ("engine_replica_count",),
+    "cache_hit_ratio": ("engine_cache_hit_ratio",),
+    "queue_depth_source": ("queue_depth", "engine_queue_depth"),
+    "replica_count_source": ("replica_count", "engine_replica_count"),
+    "cache_hit_ratio_source": ("cache_hit_ratio", "engine_cache_hit_ratio"),
+    "kv_cache_usage": ("engine_kv_cache_usage",), "running_requests": ("engine_running_requests",),
+    "preemptions": ("engine_preemptions",), "step_tokens": ("engine_step_tokens",),
+}  # fmt: skip
 
 
 def needs_engine(columns: tuple[str | None, ...] | list[str | None]) -> bool:
     return any(c in ENGINE_JOINED for c in columns)
+
+
+def span_columns(asked: Iterable[str | None]) -> frozenset[str]:
+    """The `spans` columns a read of these request-model columns depends on."""
+    wanted = {c for c in asked if c is not None}
+    return _ALWAYS | wanted | {f for c in wanted for f in _FROM_FACTS.get(c, ())}
 
 
 class Evaluator:
@@ -98,10 +124,15 @@ class Evaluator:
         params = {"s": w.start, "e": w.end, "lo": w.start - PAIRING_REACH, "hi": w.end + PAIRING_REACH,
                   "t": needs.trace_id}  # fmt: skip
         traces = f"SELECT trace_id FROM spans WHERE {in_window}"
+        # A short window's requests pair with spans up to an hour away: only those of its traces are loaded. A
+        # long window (a day's baseline) holds most of that reach already, and the set of its traces would cost
+        # more than the few extra spans.
+        of_traces = needs.trace_id is not None or w.end - w.start < 2 * PAIRING_REACH
+        columns = [c for c in self.tables["spans"] if needs.columns is None or c.name in needs.columns]
         spans = client.arrow(
-            f"SELECT {self._select('spans')} FROM spans "
-            "WHERE is_llm AND end_time >= {lo:DateTime64(6)} AND end_time < {hi:DateTime64(6)} "
-            f"AND trace_id IN ({traces})",
+            f"SELECT {', '.join(f'`{c.name}`' for c in columns)} FROM spans "
+            "WHERE is_llm AND end_time >= {lo:DateTime64(6)} AND end_time < {hi:DateTime64(6)}"
+            + (f" AND trace_id IN ({traces})" if of_traces else ""),
             params,
         )
         self._insert("spans", spans.drop_columns([c for c in SPAN_JSON_COLUMNS if c in spans.column_names]))

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
-from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine
+from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine, span_columns
+from storage.clickhouse.request_model import interpolate, summary_sql
 from storage.clickhouse.schema import LAYOUTS, Column
 from storage.duckdb.console_reads import ENGINE_MARGIN
 from storage.ports import DetectorHealth, Requests, RequestSummary, Scores, SloCounts, Window
@@ -28,22 +29,47 @@ class ClickHouseWindowSource:
         self._client = client
         self._evaluator = evaluator
 
-    def requests(self, read: Requests) -> pa.Table:
-        traffic = ("replica_count",) if read.traffic_pattern else ()
-        needs = Needs(
-            read.window, engine=needs_engine([*read.columns, *read.require, *traffic]), labels=read.traffic_pattern
+    def _needs(self, window: Window, used: list[str | None], *, scores: bool = False, labels: bool = False) -> Needs:
+        # A live engine join (an engine column asked for, engine points in reach and a span of the window not
+        # settled yet: the DuckDB source's own test) reads every fact of the spans; any other read, settled
+        # facts included, only the columns it names.
+        engine = needs_engine(used) and self._live(window)
+        return Needs(
+            window, engine=engine, columns=None if engine else span_columns(used), scores=scores, labels=labels
         )
+
+    def _live(self, window: Window) -> bool:
+        return bool(
+            int(
+                self._client.command(
+                    "SELECT (SELECT count() FROM engine_metrics WHERE time >= {s:DateTime64(6)} - INTERVAL 2 HOUR "
+                    "AND time < {e:DateTime64(6)} + INTERVAL 2 HOUR LIMIT 1) > 0 AND (SELECT count() FROM spans "
+                    "WHERE is_llm AND engine_settled IS NULL AND end_time >= {s:DateTime64(6)} "
+                    "AND end_time < {e:DateTime64(6)} LIMIT 1) > 0",
+                    {"s": window.start, "e": window.end},
+                )
+            )
+        )
+
+    def requests(self, read: Requests) -> pa.Table:
+        traffic = ["deployment", "start_time", "replica_count"] if read.traffic_pattern else []
+        needs = self._needs(read.window, [*read.columns, *read.require, *traffic], labels=read.traffic_pattern)
         with self._evaluator.loaded(self._client, needs) as source:
             return source.requests(read)
 
     def scores(self, read: Scores) -> pa.Table:
-        with self._evaluator.loaded(self._client, Needs(read.window, scores=True)) as source:
+        with self._evaluator.loaded(self._client, self._needs(read.window, [], scores=True)) as source:
             return source.scores(read)
 
     def request_summary(self, read: RequestSummary) -> pa.Table:
         used = [c for s in read.grouping_sets for c in s] + [*read.require] + [m.column for m in read.measures]
-        with self._evaluator.loaded(self._client, Needs(read.window, engine=needs_engine(used))) as source:
-            return source.request_summary(read)
+        needs = self._needs(read.window, used)
+        if needs.engine:
+            with self._evaluator.loaded(self._client, needs) as source:
+                return source.request_summary(read)
+        # Where the data is: a day of requests becomes one row per group inside ClickHouse.
+        stats = self._client.arrow(summary_sql(read), {"t0": read.window.start, "t1": read.window.end})
+        return interpolate(stats, read.measures)
 
     def firing_alerts(self) -> pa.Table:
         return self._client.arrow(

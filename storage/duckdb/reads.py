@@ -44,7 +44,7 @@ def _dictionary(batch: pa.RecordBatch, keep: tuple[str, ...]) -> pa.RecordBatch:
     )
 
 
-def _column(name: str) -> str:
+def column_name(name: str) -> str:
     # Column names come from detector code and from config (clusters' extra_dimensions): they are
     # checked and quoted, never pasted.
     if not _NAME.fullmatch(name):
@@ -53,7 +53,7 @@ def _column(name: str) -> str:
 
 
 def _not_null(columns: Iterable[str]) -> str:
-    """A WHERE clause over column expressions already checked by `_column`."""
+    """A WHERE clause over column expressions already checked by `column_name`."""
     terms = [f"{c} IS NOT NULL" for c in columns]
     return f" WHERE {' AND '.join(terms)}" if terms else ""
 
@@ -81,10 +81,10 @@ def _measure(m: Measure) -> str:
     if m.aggregate is Aggregate.COUNT:
         value = "count(*)"
     elif m.aggregate is Aggregate.MEAN:
-        value = f"avg({_column(str(m.column))})"
+        value = f"avg({column_name(str(m.column))})"
     else:
-        value = f"quantile_cont({_column(str(m.column))}, {float(m.q or 0)!r})"
-    return f"{value} AS {_column(m.name)}"
+        value = f"quantile_cont({column_name(str(m.column))}, {float(m.q or 0)!r})"
+    return f"{value} AS {column_name(m.name)}"
 
 
 class DuckDBWindowSource:
@@ -117,7 +117,7 @@ class DuckDBWindowSource:
         joined = _MACROS[engine]
         if live_from <= start:
             return f"{joined}(?::TIMESTAMP, ?::TIMESTAMP)", [start, end]
-        columns = ", ".join(_column(c) for c in sorted(wanted))
+        columns = ", ".join(column_name(c) for c in sorted(wanted))
         return (
             f"(SELECT {columns} FROM llm_requests_settled_between(?::TIMESTAMP, ?::TIMESTAMP) "
             f"UNION ALL SELECT {columns} FROM {joined}(?::TIMESTAMP, ?::TIMESTAMP))",
@@ -127,7 +127,7 @@ class DuckDBWindowSource:
     def requests(self, read: Requests) -> pa.Table:
         columns = ["hash(r.trace_id, r.span_id) AS request_key"]
         columns += ["r.trace_id", "r.span_id"] if read.ids else []
-        columns += [f"r.{_column(c)}" for c in read.columns]
+        columns += [f"r.{column_name(c)}" for c in read.columns]
         # The traffic labels were stored per replica_count, which the join may have filled.
         traffic = ("deployment", "start_time", "replica_count") if read.traffic_pattern else ()
         model, params = self._model(("trace_id", "span_id", *read.columns, *read.require, *traffic), read.window)
@@ -143,7 +143,7 @@ class DuckDBWindowSource:
                  AND l.arrival_second = date_trunc('second', r.start_time)
                  AND l.replica_count IS NOT DISTINCT FROM r.replica_count"""
             params += [read.window.start, read.window.end]
-        sql = f"SELECT {', '.join(columns)} FROM {source}" + _not_null(f"r.{_column(c)}" for c in read.require)
+        sql = f"SELECT {', '.join(columns)} FROM {source}" + _not_null(f"r.{column_name(c)}" for c in read.require)
         if not read.categorical:
             return self.arrow(sql, params)
         return self._encoded(sql, params, keep=("trace_id", "span_id"))
@@ -174,18 +174,18 @@ class DuckDBWindowSource:
         masks = [
             sum(1 << (len(grouped) - 1 - j) for j, c in enumerate(grouped) if c not in s) for s in read.grouping_sets
         ]
-        names = ", ".join(map(_column, grouped))
+        names = ", ".join(map(column_name, grouped))
         which = (
             f"CASE GROUPING({names}) " + " ".join(f"WHEN {m} THEN {i}" for i, m in enumerate(masks)) + " END"
             if grouped
             else "0"
         )
-        sets = ", ".join(f"({', '.join(map(_column, s))})" for s in read.grouping_sets)
+        sets = ", ".join(f"({', '.join(map(column_name, s))})" for s in read.grouping_sets)
         model, params = self._model([*grouped, *read.require, *(m.column for m in read.measures)], read.window)
         return self.arrow(
             f"SELECT {names + ', ' if grouped else ''}{which}::INTEGER AS grouping_set, "
             f"{', '.join(map(_measure, read.measures))} "
-            f"FROM {model}{_not_null(map(_column, read.require))}"
+            f"FROM {model}{_not_null(map(column_name, read.require))}"
             + (f" GROUP BY GROUPING SETS ({sets})" if grouped else ""),
             params,
         )
