@@ -20,11 +20,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
+from polars.testing import assert_frame_equal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collector.model import SPAN_BATCH_SCHEMA
+from detectors.registry import REGISTRY
 from storage.clickhouse.backend import ClickHouseStorage
 from storage.duckdb.backend import DuckDBStorage
 from tailwatch.compose import detection_pass
@@ -37,27 +40,30 @@ BATCH = 5_000
 def batches(total: int, hours: float) -> list[pa.Table]:
     rng = np.random.default_rng(7)
     out = []
-    span = timedelta(hours=hours) / total
+    first = np.datetime64(END - timedelta(hours=hours), "us")
+    step_us = hours * 3600e6 / total
     for offset in range(0, total, BATCH):
         n = min(BATCH, total - offset)
         i = np.arange(offset, offset + n)
         e2e = rng.uniform(200, 4000, n)
-        ends = [END - timedelta(hours=hours) + span * int(k) for k in i]
+        ends = first + (i * step_us).astype("timedelta64[us]")
         columns: dict[str, object] = {
-                    "trace_id": [f"{k:032x}" for k in i], "span_id": [f"{k + 1:016x}" for k in i],
-                    "name": ["llm_request"] * n, "kind": ["SERVER"] * n,
-                    "start_time": [e - timedelta(milliseconds=float(d)) for e, d in zip(ends, e2e, strict=True)],
-                    "end_time": ends, "duration_ms": e2e, "status_code": ["OK"] * n, "is_llm": [True] * n,
-                    "llm_role": ["server"] * n, "model": np.where(i % 2 == 0, "llama", "qwen"),
-                    "deployment": ["vllm-a"] * n, "tenant_id": np.array(["acme", "globex", "initech"])[i % 3],
-                    "replica_id": [f"r{k % 8}" for k in i], "input_tokens": rng.integers(50, 9000, n),
-                    "output_tokens": rng.integers(2, 900, n), "e2e_ms": e2e, "ttft_ms": rng.uniform(50, 400, n),
-                    "tpot_ms": rng.uniform(8, 40, n), "cache_hit_ratio": rng.random(n),
-                    "queue_depth": rng.integers(0, 30, n), "replica_count": [8] * n,
-                    "quantization": np.where(i % 4 == 3, "int4", "fp16"),
-                }  # fmt: skip
-        arrays = [pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type)
-                  for f in SPAN_BATCH_SCHEMA]  # fmt: skip
+            "trace_id": [f"{k:032x}" for k in i], "span_id": [f"{k + 1:016x}" for k in i],
+            "name": ["llm_request"] * n, "kind": ["SERVER"] * n,
+            "start_time": ends - (e2e * 1000).astype("timedelta64[us]"), "end_time": ends, "duration_ms": e2e,
+            "status_code": np.where(i % 37 == 0, "ERROR", "OK"), "is_llm": np.ones(n, bool),
+            "llm_role": ["server"] * n, "model": np.where(i % 2 == 0, "llama", "qwen"),
+            "deployment": ["vllm-a"] * n, "tenant_id": np.array(["acme", "globex", "initech"])[i % 3],
+            "replica_id": np.array([f"r{k}" for k in range(8)])[i % 8], "input_tokens": rng.integers(50, 9000, n),
+            "output_tokens": rng.integers(2, 900, n), "e2e_ms": e2e, "ttft_ms": rng.uniform(50, 400, n),
+            "tpot_ms": rng.uniform(8, 40, n), "cache_hit_ratio": rng.random(n),
+            "queue_depth": rng.integers(0, 30, n), "replica_count": np.full(n, 8),
+            "quantization": np.where(i % 4 == 3, "int4", "fp16"),
+        }  # fmt: skip
+        arrays = [
+            pa.array(columns[f.name]).cast(f.type) if f.name in columns else pa.nulls(n, f.type)
+            for f in SPAN_BATCH_SCHEMA
+        ]
         out.append(pa.Table.from_arrays(arrays, schema=SPAN_BATCH_SCHEMA))
     return out
 
@@ -82,6 +88,35 @@ def measure(name: str, store: DuckDBStorage | ClickHouseStorage, data: list[pa.T
     return {"spans_per_s": spans / ingest, "pass_s": seconds}
 
 
+def figures(store: DuckDBStorage | ClickHouseStorage) -> dict[str, pl.DataFrame]:
+    """Every detector table, the alerts and the clusters, without the evaluation's own times."""
+    out = {}
+    for key in [*REGISTRY, "alerts", "clusters"]:
+        frame = pl.from_arrow(store.analyst.run(f"SELECT * FROM {key}", max_rows=10_000_000).table)
+        assert isinstance(frame, pl.DataFrame)
+        out[key] = frame.drop(
+            [c for c in ("evaluated_at", "_version", "started_at", "updated_at") if c in frame.columns]
+        )
+    return out
+
+
+def compare(duck: dict[str, pl.DataFrame], click: dict[str, pl.DataFrame]) -> None:
+    """Row for row: which tables are identical to the bit, which only within 1e-12 (means), which differ."""
+    for key, stored in duck.items():
+        d = stored.sort(stored.columns)
+        c = click[key].select(d.columns).cast(dict(d.schema), strict=False).sort(d.columns)
+        try:
+            assert_frame_equal(d, c, check_exact=True)
+            verdict = "identical"
+        except AssertionError:
+            try:
+                assert_frame_equal(d, c, check_exact=False, rel_tol=1e-12, abs_tol=0)
+                verdict = "equal within 1e-12"
+            except AssertionError as exc:
+                verdict = f"DIFFERENT: {str(exc).splitlines()[0]}"
+        print(f"  {key}: {d.height} rows, {verdict}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spans", type=int, default=1_000_000)
@@ -93,11 +128,14 @@ def main() -> None:
         duck = DuckDBStorage.open(work / "bench.duckdb")
         try:
             d = measure("duckdb", duck, data)
+            duck_figures = figures(duck)
         finally:
             duck.close()
         click = ClickHouseStorage.open(f"chdb://{work / 'chdb'}?database=bench")
         try:
             c = measure("chdb", click, data)
+            print("figures, chDB against DuckDB:")
+            compare(duck_figures, figures(click))
         finally:
             click.close()
         print(

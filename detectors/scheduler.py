@@ -23,8 +23,10 @@ def schedule(
     scheduler: BaseScheduler,
     detection: DetectionPass,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC).replace(tzinfo=None),
+    gate: Callable[[], bool] | None = None,
 ) -> list[str]:
-    """Add the pass's job; returns the keys of the detectors it runs."""
+    """Add the pass's job; returns the keys of the detectors it runs. With `gate`, a tick runs only while it
+    says yes (the scheduler lease of processes sharing one store)."""
     keys = detection.keys()
     if not keys:
         return []
@@ -33,7 +35,7 @@ def schedule(
     scheduler.add_job(
         scheduled_pass,
         IntervalTrigger(seconds=tick, start_date=first.replace(tzinfo=UTC), timezone=UTC),
-        args=[detection, clock],
+        args=[detection, clock, gate],
         id=JOB_ID,
         name="detection pass",
         coalesce=True,
@@ -44,8 +46,12 @@ def schedule(
     return keys
 
 
-def scheduled_pass(detection: DetectionPass, clock: Callable[[], datetime]) -> list[RunResult]:
+def scheduled_pass(
+    detection: DetectionPass, clock: Callable[[], datetime], gate: Callable[[], bool] | None = None
+) -> list[RunResult]:
     """One tick: the detectors due at the grid time, evaluated as of it."""
+    if gate is not None and not gate():
+        return []
     at = grid_time(clock(), detection.tick_seconds)
     due = detection.due(at)
     return detection.run(at, due) if due else []

@@ -44,6 +44,7 @@ def open_storage(settings: Settings, registry: CollectorRegistry | None = None) 
             max_queued_spans=i.max_queued_spans,
             sql_timeout_seconds=settings.sql.timeout_seconds,
             sql_max_rows=settings.sql.max_rows,
+            lease_seconds=ch.lease_seconds,
             registry=registry,
         )
     return DuckDBStorage.open(

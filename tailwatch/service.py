@@ -6,7 +6,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
@@ -21,6 +21,7 @@ from collector.scrape import Scraper
 from detectors.detection import DetectionPass
 from detectors.notify import Notifier
 from detectors.scheduler import schedule
+from storage.clickhouse.backend import ClickHouseStorage
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.readers import Reader
 from storage.duckdb.writer import Writer
@@ -138,11 +139,11 @@ class Service:
         )
         if s.scheduler:
             self._schedule_upkeep(self._scheduler)
-        detectors = schedule(self._scheduler, self.detection) if s.scheduler else []
+        detectors = schedule(self._scheduler, self.detection, gate=self._gate) if s.scheduler else []
         follower = follower_of(s, storage)
         if follower is not None:
             self._scheduler.add_job(
-                lambda: follower.run_once(_ago(timedelta(0))),
+                lambda: follower.run_once(_ago(timedelta(0))) if self._holds() else 0,
                 "interval",
                 seconds=s.storage.clickhouse.follow_interval_seconds,
                 id="follow_otel_traces",
@@ -162,17 +163,27 @@ class Service:
             ", ".join(detectors) or "none", time.perf_counter() - started,
         )  # fmt: skip
 
+    @property
+    def _gate(self) -> Callable[[], bool] | None:
+        """Processes sharing one ClickHouse take turns at the scheduler's jobs by its lease; a DuckDB file has one."""
+        storage = self._storage
+        return storage.lease.hold if isinstance(storage, ClickHouseStorage) else None
+
+    def _holds(self) -> bool:
+        gate = self._gate
+        return gate is None or gate()
+
     def _schedule_upkeep(self, scheduler: BackgroundScheduler) -> None:
         s = self.settings
         scheduler.add_job(
-            self.enforce_retention,
+            lambda: self.enforce_retention() if self._holds() else 0,
             "interval",
             seconds=s.storage.retention_interval_seconds,
             id="retention",
             next_run_time=datetime.now(UTC),
         )
         scheduler.add_job(
-            self.settle_engine_facts,
+            lambda: self.settle_engine_facts() if self._holds() else 0,
             "interval",
             seconds=s.metrics.settle_interval_seconds,
             id="engine_facts",
@@ -229,6 +240,8 @@ class Service:
         loop = asyncio.get_running_loop()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
+        if isinstance(self._storage, ClickHouseStorage) and self.settings.scheduler:
+            await loop.run_in_executor(None, self._storage.lease.release)
         if self._scraper is not None:
             await loop.run_in_executor(None, self._scraper.stop)
         # Close both OTLP ports first; requests already inside get `grace` seconds to be answered.

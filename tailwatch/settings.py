@@ -136,6 +136,12 @@ class ClickHouseSettings(_Section):
         description="follow: rows are read once their start is this old, so a Collector's batching and retries "
         "have landed; a span stored later than that is missed.",
     )
+    lease_seconds: float = Field(
+        60.0,
+        ge=5,
+        description="Processes with scheduler: true on one ClickHouse take turns by a lease: the holder renews it "
+        "at each job; another takes over once it has not been renewed for this long.",
+    )
     cluster: str | None = Field(
         None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -314,8 +320,8 @@ class Settings(_Section):
     )
     scheduler: bool = Field(
         True,
-        description="Run the detection pass, retention and engine-fact settling here. With several receivers on "
-        "one ClickHouse, exactly one process keeps it true.",
+        description="Run the detection pass, retention and engine-fact settling here. On ClickHouse, processes "
+        "with it take turns by a lease (storage.clickhouse.lease_seconds); receiver-only processes set it false.",
     )
     ingest: IngestSettings = IngestSettings()
     storage: StorageSettings = StorageSettings()

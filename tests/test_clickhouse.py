@@ -22,13 +22,17 @@ from collector.follow import Follower
 from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from collector.normalize import NormalizeConfig, build_plan
 from detectors.registry import REGISTRY
+from detectors.scheduler import scheduled_pass
 from storage.clickhouse.backend import ClickHouseStorage
 from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.lease import ClickHouseLease
 from storage.clickhouse.otel_source import ClickHouseOtelTraces
 from storage.clickhouse.schema import SchemaMismatch
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import Aggregate, Measure, QueryError, Requests, RequestSummary
 from tailwatch import simulate
+from tailwatch.compose import detection_pass
+from tailwatch.settings import Settings
 
 
 def spans() -> pa.Table:
@@ -310,3 +314,49 @@ def test_a_summary_computed_in_clickhouse_equals_duckdbs_over_clients_servers_an
     finally:
         duck.close()
         click.close()
+
+
+def test_the_scheduler_lease_has_one_holder_and_passes_on_when_it_lapses_or_is_released() -> None:
+    store = open_chdb("lease")
+    now = [datetime(2026, 11, 24, 12, 0)]
+    try:
+        first = ClickHouseLease(store.client, seconds=60, holder="a", clock=lambda: now[0])
+        second = ClickHouseLease(store.client, seconds=60, holder="b", clock=lambda: now[0])
+        assert first.hold()
+        assert not second.hold()
+        now[0] += timedelta(seconds=59)
+        assert first.hold()  # renewed: good for another minute from here
+        now[0] += timedelta(seconds=59)
+        assert not second.hold()
+        now[0] += timedelta(seconds=2)  # a minute without a renewal: the holder is gone
+        assert second.hold()
+        assert not first.hold()
+        second.release()
+        assert first.hold()
+    finally:
+        store.close()
+
+
+def test_a_scheduler_without_the_lease_runs_no_detector() -> None:
+    store = open_chdb("gate")
+    try:
+        holder = ClickHouseLease(store.client, holder="other")
+        assert holder.hold()
+        mine = ClickHouseLease(store.client, holder="me")
+        detection = detection_pass(Settings(), store)
+        at = lambda: WINDOW.end + timedelta(minutes=5)  # noqa: E731
+        assert scheduled_pass(detection, at, gate=mine.hold) == []
+        assert [r.detector for r in scheduled_pass(detection, at, gate=holder.hold)] != []
+    finally:
+        store.close()
+
+
+def test_an_analyst_stream_reads_block_by_block_and_an_empty_one_keeps_its_columns(
+    analyst_store: ClickHouseStorage,
+) -> None:
+    with analyst_store.analyst.stream("SELECT trace_id, e2e_ms FROM spans ORDER BY trace_id") as reader:
+        rows = reader.read_all()
+    assert rows.num_rows == len(REQUESTS) and rows.column_names == ["trace_id", "e2e_ms"]
+    with analyst_store.analyst.stream("SELECT trace_id FROM spans WHERE e2e_ms < 0") as reader:
+        empty = reader.read_all()
+    assert empty.num_rows == 0 and empty.column_names == ["trace_id"]

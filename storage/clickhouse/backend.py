@@ -8,6 +8,7 @@ from storage.clickhouse import schema
 from storage.clickhouse.analyst import ClickHouseAnalyst
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
+from storage.clickhouse.lease import ClickHouseLease
 from storage.clickhouse.reads import ClickHouseAlertQueries, ClickHouseConsoleQueries, ClickHouseWindowSource
 from storage.clickhouse.stores import (
     ClickHouseDetectorStore,
@@ -32,6 +33,7 @@ class ClickHouseStorage:
         own_otel_table: bool,
         sql_timeout_seconds: float,
         sql_max_rows: int,
+        lease_seconds: float = 60,
     ) -> None:
         tables = evaluator.tables
         self.client = client
@@ -44,6 +46,8 @@ class ClickHouseStorage:
         self.retention = ClickHouseRetention(client, otel_table, own_otel_table)
         self.scrape_health = ClickHouseScrapeHealth(client, tables)
         self.engine_facts = ClickHouseEngineFacts(client, evaluator)
+        self.lease = ClickHouseLease(client, seconds=lease_seconds)
+        self._evaluator = evaluator
         self._closed = False
 
     @property
@@ -67,6 +71,7 @@ class ClickHouseStorage:
         max_queued_spans: int = 200_000,
         sql_timeout_seconds: float = 30,
         sql_max_rows: int = 10_000,
+        lease_seconds: float = 60,
         registry: CollectorRegistry | None = None,
     ) -> ClickHouseStorage:
         client = ClickHouse(dsn)
@@ -99,6 +104,7 @@ class ClickHouseStorage:
             own_otel_table=receivers_write_otel_table,
             sql_timeout_seconds=sql_timeout_seconds,
             sql_max_rows=sql_max_rows,
+            lease_seconds=lease_seconds,
         )
 
     def stop_writes(self) -> None:
@@ -109,4 +115,5 @@ class ClickHouseStorage:
             return
         self._closed = True
         self.writer.close()
+        self._evaluator.close()
         self.client.close()

@@ -8,6 +8,7 @@ times coming back, like the DuckDB backend's, and with `final = 1`: the tables w
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -110,9 +111,16 @@ class ClickHouse:
     def stream(
         self, sql: str, params: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None
     ) -> Iterator[pa.RecordBatchReader]:
-        with self._lock:
-            table = self._client.query_arrow(with_settings(sql, settings), parameters=dict(params or {}))
-        yield naive(table).to_reader()
+        """The result block by block as the server sends it, so an export's memory is a block's, not the result's.
+        chDB runs one query at a time: its lock is held until the caller has read the stream."""
+        statement = with_settings(sql, settings)
+        with self._lock, self._client.query_arrow_stream(statement, parameters=dict(params or {})) as blocks:
+            tables = (naive(t) for t in blocks)
+            first = next(tables, None)
+            if first is None:  # no block at all: the schema comes from the same statement's empty answer
+                first = naive(self._client.query_arrow(statement, parameters=dict(params or {})))
+            rest = (batch for table in tables for batch in table.to_batches())
+            yield pa.RecordBatchReader.from_batches(first.schema, itertools.chain(first.to_batches(), rest))
 
     def command(
         self, sql: str, params: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None

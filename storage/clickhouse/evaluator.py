@@ -87,6 +87,10 @@ class Evaluator:
         self.tables = tables_of(self._con)
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
     def span_columns_with_json(self) -> list[Column]:
         """Every column of `spans`, the JSON ones too (what the ingest table takes)."""
         rows = self._con.execute(
