@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import INGEST_TABLE
 from storage.duckdb.writer import WriterMetrics
+from storage.group_queue import GroupQueue
 from storage.ports import WriteResult
 
 log = logging.getLogger(__name__)
@@ -78,12 +79,8 @@ class ClickHouseWriter:
         metrics: WriterMetrics | None = None,
     ) -> None:
         self._client = client
-        self._max_queued = max_queued_spans
         self._metrics = metrics
-        self._cv = threading.Condition()
-        self._items: list[_Batch] = []
-        self._queued_rows = 0
-        self._closing = False
+        self._queue: GroupQueue[_Batch] = GroupQueue(max_queued_spans)
         self._thread = threading.Thread(target=self._run, name="tailwatch-clickhouse-writer", daemon=True)
 
     def start(self) -> None:
@@ -97,36 +94,22 @@ class ClickHouseWriter:
             scores if scores is not None and scores.num_rows else None,
             metrics if metrics is not None and metrics.num_rows else None,
         )
-        rows = item.rows
-        with self._cv:
-            if self._closing or (self._queued_rows + rows > self._max_queued and self._queued_rows > 0):
-                return None
-            self._items.append(item)
-            self._queued_rows += rows
-            self._cv.notify()
-        if self._metrics:
-            self._metrics.queued_rows.set(self._queued_rows)
+        if not self._queue.offer(item, item.rows):
+            return None
+        self._set_queue_gauge()
         return item.future
 
     @property
     def queued_spans(self) -> int:
-        return self._queued_rows
+        return self._queue.rows
 
     def close(self, timeout: float | None = None) -> None:
-        with self._cv:
-            self._closing = True
-            self._cv.notify()
+        self._queue.close()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._items and not self._closing:
-                    self._cv.wait()
-                if not self._items:
-                    return
-                items, self._items = self._items, []
+        while (items := self._queue.take()) is not None:
             self._commit(items)
 
     def _commit(self, items: list[_Batch]) -> None:
@@ -161,7 +144,9 @@ class ClickHouseWriter:
                 n = item.spans.num_rows if item.spans is not None else 0
                 item.future.set_result(WriteResult(inserted=n, duplicates=0))
         finally:
-            with self._cv:
-                self._queued_rows -= rows
-            if self._metrics:
-                self._metrics.queued_rows.set(self._queued_rows)
+            self._queue.release(rows)
+            self._set_queue_gauge()
+
+    def _set_queue_gauge(self) -> None:
+        if self._metrics:
+            self._metrics.queued_rows.set(self._queue.rows)

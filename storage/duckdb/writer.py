@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage.dedup import RecentSpans, first_occurrences, span_keys
 from storage.duckdb.space import DiskSpace
+from storage.group_queue import GroupQueue
 from storage.ports import WriteResult
 
 log = logging.getLogger(__name__)
@@ -112,14 +113,10 @@ class Writer:
         reserve_bytes: int = 0,
     ) -> None:
         self._con = con
-        self._max_queued = max_queued_spans
         self._metrics = metrics
         self._clock = clock
         self._recent = RecentSpans(dedup_window_seconds, dedup_max_spans)
-        self._cv = threading.Condition()
-        self._items: list[_Batch | _Job[Any]] = []
-        self._queued_rows = 0  # released only after commit, so the bound covers the batch being written
-        self._closing = False
+        self._queue: GroupQueue[_Batch | _Job[Any]] = GroupQueue(max_queued_spans)
         self._thread = threading.Thread(target=self._run, name="tailwatch-writer", daemon=True)
         [(path,)] = con.execute(
             "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
@@ -149,46 +146,29 @@ class Writer:
             scores if scores is not None and scores.num_rows else None,
             metrics if metrics is not None and metrics.num_rows else None,
         )
-        rows = item.rows
-        with self._cv:
-            if self._closing or (self._queued_rows + rows > self._max_queued and self._queued_rows > 0):
-                return None
-            self._items.append(item)
-            self._queued_rows += rows
-            self._cv.notify()
+        if not self._queue.offer(item, item.rows):
+            return None
         self._set_queue_gauge()
         return item.future
 
     def submit(self, fn: Callable[[duckdb.DuckDBPyConnection], T], *, transaction: bool = True) -> Future[T]:
         """Run `fn(connection)` on the writer thread inside its own transaction (or none, for a CHECKPOINT)."""
         job: _Job[T] = _Job(fn, transaction=transaction)
-        with self._cv:
-            if self._closing:
-                raise RuntimeError("the writer is closed")
-            self._items.append(job)
-            self._cv.notify()
+        self._queue.put(job)
         return job.future
 
     @property
     def queued_spans(self) -> int:
-        return self._queued_rows
+        return self._queue.rows
 
     def close(self, timeout: float | None = None) -> None:
         """Stop taking work, commit everything already queued, and stop the thread. Idempotent."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify()
+        self._queue.close()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._items and not self._closing:
-                    self._cv.wait()
-                if not self._items:
-                    return
-                items, self._items = self._items, []
+        while (items := self._queue.take()) is not None:
             spans = [i for i in items if isinstance(i, _Batch)]
             if spans:
                 self._commit(spans)
@@ -240,8 +220,7 @@ class Writer:
                 offset += n
                 item.future.set_result(WriteResult(inserted=inserted, duplicates=n - inserted))
         finally:
-            with self._cv:
-                self._queued_rows -= rows
+            self._queue.release(rows)
             self._set_queue_gauge()
 
     def _new_rows(self, table: pa.Table) -> tuple[list[bool], list[int]]:
@@ -296,7 +275,7 @@ class Writer:
 
     def _set_queue_gauge(self) -> None:
         if self._metrics:
-            self._metrics.queued_rows.set(self._queued_rows)
+            self._metrics.queued_rows.set(self._queue.rows)
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
