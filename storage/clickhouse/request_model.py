@@ -18,6 +18,7 @@ from fractions import Fraction
 import pyarrow as pa
 
 from storage.duckdb.reads import column_name as checked
+from storage.grouping_sets import grouping_sql
 from storage.ports import Aggregate, Measure, RequestSummary
 
 # Columns of the span-level model whose value comes from the client span first (the caller knows the tenant).
@@ -160,21 +161,12 @@ def interpolate(table: pa.Table, measures: Iterable[Measure]) -> pa.Table:
 
 def summary_sql(read: RequestSummary) -> str:
     """The summary with DuckDB's semantics: counts, means and quantile_cont quantiles per grouping set."""
-    if len(set(map(frozenset, read.grouping_sets))) != len(read.grouping_sets):
-        raise ValueError("each grouping set must group by different columns")
-    grouped = list(dict.fromkeys(c for s in read.grouping_sets for c in s))
+    g = grouping_sql(read, checked)
+    grouped, names, sets = g.columns, g.names, g.sets
     used = [*grouped, *read.require, *(m.column for m in read.measures if m.column is not None)]
-    masks = [sum(1 << (len(grouped) - 1 - j) for j, c in enumerate(grouped) if c not in s) for s in read.grouping_sets]
-    names = ", ".join(map(checked, grouped))
-    which = (
-        f"toInt32(CASE grouping({names}) " + " ".join(f"WHEN {m} THEN {i}" for i, m in enumerate(masks)) + " END)"
-        if grouped
-        else "toInt32(0)"
-    )
     where = " AND ".join(f"{checked(c)} IS NOT NULL" for c in read.require)
-    sets = ", ".join(f"({', '.join(map(checked, s))})" for s in read.grouping_sets)
     inner = (
-        f"SELECT {names + ', ' if grouped else ''}{which} AS grouping_set, "
+        f"SELECT {names + ', ' if grouped else ''}toInt32({g.which}) AS grouping_set, "
         f"{', '.join(map(_aggregate, read.measures))} FROM {settled_requests_sql(used)} AS m"
         + (f" WHERE {where}" if where else "")
         + (f" GROUP BY GROUPING SETS ({sets})" if grouped else "")

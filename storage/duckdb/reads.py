@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.model import ENGINE_FLEET, ENGINE_REPLICA
+from storage.grouping_sets import grouping_sql
 from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores, SloCounts, Window
 
 # DuckDB computes the key each frame carries: one 64-bit integer per request instead of two strings.
@@ -167,20 +168,8 @@ class DuckDBWindowSource:
         )
 
     def request_summary(self, read: RequestSummary) -> pa.Table:
-        grouped = list(dict.fromkeys(c for s in read.grouping_sets for c in s))
-        if len(set(map(frozenset, read.grouping_sets))) != len(read.grouping_sets):
-            raise ValueError("each grouping set must group by different columns")
-        # GROUPING(c1..cn) sets bit n-1-j when cj is not grouped: each set has its own mask.
-        masks = [
-            sum(1 << (len(grouped) - 1 - j) for j, c in enumerate(grouped) if c not in s) for s in read.grouping_sets
-        ]
-        names = ", ".join(map(column_name, grouped))
-        which = (
-            f"CASE GROUPING({names}) " + " ".join(f"WHEN {m} THEN {i}" for i, m in enumerate(masks)) + " END"
-            if grouped
-            else "0"
-        )
-        sets = ", ".join(f"({', '.join(map(column_name, s))})" for s in read.grouping_sets)
+        g = grouping_sql(read, column_name)
+        grouped, names, which, sets = g.columns, g.names, g.which, g.sets
         model, params = self._model([*grouped, *read.require, *(m.column for m in read.measures)], read.window)
         return self.arrow(
             f"SELECT {names + ', ' if grouped else ''}{which}::INTEGER AS grouping_set, "
