@@ -25,7 +25,7 @@ import pyarrow as pa
 from storage import export
 from storage.ports import AnalystSQL, QueryError
 from tailwatch import results
-from tailwatch.compose import database_held, open_file_analyst
+from tailwatch.compose import database_held, open_clickhouse_analyst, open_file_analyst
 from tailwatch.settings import Settings
 
 
@@ -54,6 +54,9 @@ class Target:
             if not url.startswith(("http://", "https://")):
                 raise ClientError(f"--url must be an http:// or https:// URL (got {url!r})")
             return Target(url.rstrip("/"), None, secret, settings)
+        if settings.storage.backend == "clickhouse" and not db:
+            # A shared store: analysts read it directly, under the same walls as the API's.
+            return Target(None, None, secret, settings)
         path = Path(db) if db else settings.db
         if db or not database_held(path):
             return Target(None, path, secret, settings)
@@ -94,7 +97,10 @@ class Target:
 
     @contextmanager
     def _file(self) -> Iterator[AnalystSQL]:
-        assert self.db is not None
+        if self.db is None:  # the ClickHouse backend
+            with open_clickhouse_analyst(self.settings) as analyst:
+                yield analyst
+            return
         if not self.db.exists():
             raise ClientError(f"no database at {self.db}: pass --db PATH, or --url of a running service")
         with open_file_analyst(self.settings, self.db) as analyst:

@@ -19,7 +19,10 @@ from collector.normalize import build_plan
 from collector.scrape import Scraper
 from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
 from detectors.notify import Notifier
+from storage.clickhouse.analyst import ClickHouseAnalyst
 from storage.clickhouse.backend import ClickHouseStorage
+from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.evaluator import Evaluator
 from storage.clickhouse.otel_source import ClickHouseOtelTraces
 from storage.duckdb import analyst
 from storage.duckdb.backend import DuckDBStorage
@@ -136,6 +139,22 @@ def open_file_analyst(settings: Settings, path: Path) -> Iterator[AnalystSQL]:
     """Analyst SQL straight on a database file that no service holds, under the API's limits."""
     with analyst.open_file(path, timeout_seconds=settings.sql.timeout_seconds, max_rows=settings.sql.max_rows) as a:
         yield a
+
+
+@contextmanager
+def open_clickhouse_analyst(settings: Settings) -> Iterator[AnalystSQL]:
+    """Analyst SQL straight on the configured ClickHouse, under the API's limits; creates nothing there."""
+    dsn = settings.storage.clickhouse.dsn
+    assert dsn is not None  # the settings refuse clickhouse without one
+    client = ClickHouse(dsn.get_secret_value())
+    evaluator = Evaluator()
+    try:
+        yield ClickHouseAnalyst(
+            client, evaluator, timeout_seconds=settings.sql.timeout_seconds, max_rows=settings.sql.max_rows
+        )
+    finally:
+        evaluator.close()
+        client.close()
 
 
 def database_held(path: Path) -> bool:

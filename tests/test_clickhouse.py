@@ -4,7 +4,10 @@ written and followed, the analyst walls, schema mismatches and refused inserts. 
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,9 +15,11 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pytest
+from builders import request, span
 from clickhouse_stores import chdb_dsn, open_chdb
 from conftest import RunningService, service_settings
 from polars.testing import assert_frame_equal
+from test_disk_full import post
 from test_storage_ports import REQUESTS, SCORES, WINDOW
 from waiting import HANG_GUARD
 
@@ -360,3 +365,48 @@ def test_an_analyst_stream_reads_block_by_block_and_an_empty_one_keeps_its_colum
     with analyst_store.analyst.stream("SELECT trace_id FROM spans WHERE e2e_ms < 0") as reader:
         empty = reader.read_all()
     assert empty.num_rows == 0 and empty.column_names == ["trace_id"]
+
+
+def test_a_refusing_clickhouse_gets_otlp_answered_retryable_and_the_retry_is_stored_once(tmp_path: Path) -> None:
+    settings = service_settings(
+        tmp_path / "unused.duckdb", storage={"backend": "clickhouse", "clickhouse": {"dsn": chdb_dsn("refusing")}}
+    )
+    with RunningService(settings) as svc:
+        storage = svc.service.storage
+        assert isinstance(storage, ClickHouseStorage)
+        body = request([span(attributes={"gen_ai.request.model": "m"}) for _ in range(20)]).SerializeToString()
+        storage.client.command("RENAME TABLE spans_ingest TO spans_ingest_gone")  # the server refuses inserts
+        assert post(svc, body) == (503, "1")  # UNAVAILABLE with a retry hint: the exporter retries
+        storage.client.command("RENAME TABLE spans_ingest_gone TO spans_ingest")  # it is back
+        assert post(svc, body)[0] == 200
+        assert post(svc, body)[0] == 200  # a retry of an acknowledged request
+        assert stored(storage, "SELECT count() FROM spans") == 20
+        assert stored(storage, "SELECT count() FROM otel_traces") == 20
+
+
+def test_tailwatch_migrate_and_sql_work_on_the_configured_clickhouse(tmp_path: Path) -> None:
+    # Processes of their own: chDB keeps one data directory per process, and this one holds the suite's.
+    env = {
+        **os.environ,
+        "TAILWATCH_STORAGE__BACKEND": "clickhouse",
+        "TAILWATCH_STORAGE__CLICKHOUSE__DSN": f"chdb://{tmp_path / 'ch'}?database=cli",
+    }
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tailwatch", *argv],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    migrated = cli("migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "ClickHouse" in migrated.stdout
+    answer = cli("sql", "SELECT count() AS n FROM spans", "--format", "csv")
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.split() == ['"n"', "0"]
+    refused = cli("sql", "SELECT * FROM file('/etc/passwd', 'LineAsString')")
+    assert refused.returncode == 1 and "forbidden" in refused.stderr
