@@ -241,9 +241,28 @@ def test_a_simulated_fleet_gives_the_same_figures_and_alerts_on_duckdb_and_click
                 assert isinstance(frame, pl.DataFrame)
                 drop = [c for c in ("evaluated_at", "_version", "started_at", "updated_at") if c in frame.columns]
                 figures[backend][key] = frame.drop(drop)
+            # What the console reads: a detector's figures over time and one whole trace.
+            console = storage.console_queries
+            series = console.figures("token_latency", end - timedelta(hours=3), at, limit=1000, columns=("window_end",
+                                     "model", "tpot_p99"))  # fmt: skip
+            figures[backend]["console_series"] = pl.DataFrame(series)
+            trace_id = (
+                analyst.run("SELECT min(trace_id) AS t FROM spans WHERE name = 'llm_request'", max_rows=1)
+                .table.column(0)[0]
+                .as_py()
+            )
+            trace = console.trace(trace_id)
+            figures[backend]["console_trace"] = pl.DataFrame(trace["requests"])
+            figures[backend]["console_engine"] = pl.DataFrame(trace["engine"])
+            health = console.detector_health(at + timedelta(minutes=1))
+            figures[backend]["health"] = pl.DataFrame(
+                {"detector": [h.detector for h in health], "outcome": [h.last_outcome for h in health],
+                 "runs": [h.runs_24h for h in health]}
+            )  # fmt: skip
     assert sum(f.height for f in figures["duckdb"].values()) > 0
     assert figures["duckdb"]["alerts"].height > 0
     assert figures["duckdb"]["settled"].height > 0
+    assert min(figures["duckdb"][k].height for k in ("console_series", "console_trace", "console_engine", "health")) > 0
     for key, duck in figures["duckdb"].items():
         click = figures["clickhouse"][key].select(duck.columns)
         click = click.cast(dict(duck.schema), strict=False)  # Int32 vs BIGINT and the like: the values must agree

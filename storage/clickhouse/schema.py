@@ -255,6 +255,13 @@ def _time9(column: str) -> str:
     return f"toDateTime64({column}, 9)"
 
 
+def _micros(column: str) -> str:
+    # Nanoseconds to microseconds rounded half away from zero, as DuckDB stores an Arrow nanosecond timestamp
+    # (ClickHouse's own conversion truncates): the same span has the same times on both engines.
+    ns = f"toUnixTimestamp64Nano({column})"
+    return f"fromUnixTimestamp64Micro(if({ns} >= 0, intDiv({ns} + 500, 1000), -intDiv(500 - {ns}, 1000)), 'UTC')"
+
+
 def _string_map(json_column: str) -> str:
     # The exporter stores every attribute value as text: a string as itself, anything else as its JSON.
     return (
@@ -273,7 +280,7 @@ def ingest_statements(spans: list[Column], *, otel_table: str | None, cluster: s
     """The Null table receivers insert into and the views that store its rows."""
     columns = ",\n".join(f"    `{c.name}` {c.type.replace('DateTime64(6', 'DateTime64(9')}" for c in spans)
     stored = ", ".join(
-        f"toDateTime64(`{c.name}`, 6, 'UTC') AS `{c.name}`" if "DateTime64" in c.type else f"`{c.name}`"
+        f"{_micros(f'`{c.name}`')} AS `{c.name}`" if "DateTime64" in c.type else f"`{c.name}`"
         for c in spans
         if c.name not in SPAN_JSON_COLUMNS
     )

@@ -21,8 +21,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import INGEST_TABLE
@@ -50,12 +50,17 @@ def _stamped(table: pa.Table, now: datetime) -> pa.Table:
 
 
 def micros(table: pa.Table) -> pa.Table:
-    """Nanosecond timestamps truncated to microseconds, as DuckDB stores them."""
-    columns = [
-        pc.cast(c, pa.timestamp("us"), safe=False) if pa.types.is_timestamp(c.type) and c.type.unit == "ns" else c
-        for c in table.columns
-    ]
-    return pa.Table.from_arrays(columns, names=table.column_names)
+    """Nanosecond timestamps as microseconds rounded half away from zero, as DuckDB stores them."""
+    return pa.Table.from_arrays([_micros(c) for c in table.columns], names=table.column_names)
+
+
+def _micros(column: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    if not (pa.types.is_timestamp(column.type) and column.type.unit == "ns"):
+        return column
+    ns = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    us = np.where(ns >= 0, (ns + 500) // 1000, -((500 - ns) // 1000))
+    return pa.array(us, pa.int64(), mask=~valid).cast(pa.timestamp("us"))
 
 
 def token(spans: pa.Table) -> str:
