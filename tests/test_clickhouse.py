@@ -451,3 +451,16 @@ def test_a_mean_follows_the_storage_order_even_within_duckdb(tmp_path: Path) -> 
     finally:
         forward.close()
         backward.close()
+
+
+def test_a_new_retention_reaches_the_ttl_of_tables_created_with_another() -> None:
+    dsn = chdb_dsn("ttl")
+    ClickHouseStorage.open(dsn, ttl_days=7).close()
+    longer = ClickHouseStorage.open(dsn, ttl_days=30)
+    try:
+        for table in ("spans", "engine_metrics", "otel_traces"):
+            engine = stored(longer, f"SELECT engine_full FROM system.tables WHERE database = currentDatabase() "
+                                    f"AND name = '{table}'")  # fmt: skip
+            assert f"toIntervalSecond({30 * 86400})" in engine, table
+    finally:
+        longer.close()

@@ -136,11 +136,31 @@ def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, t
         parts.append(f"PARTITION BY {spec.partition_by}")
     parts.append(f"ORDER BY {spec.order_by}")
     if spec.ttl_column and ttl_days:
-        parts.append(f"TTL toDateTime({spec.ttl_column}) + toIntervalSecond({int(ttl_days * 86400)})")
+        parts.append(ttl_clause(spec.ttl_column, ttl_days))
     # Deduplication tokens on non-replicated tables need a window of remembered inserts (replicated ones
     # have it by default).
     parts.append("SETTINGS non_replicated_deduplication_window = 1000" if not cluster else "")
     return "\n".join(p for p in parts if p)
+
+
+def ttl_clause(column: str, days: float) -> str:
+    return f"TTL toDateTime({column}) + toIntervalSecond({int(days * 86400)})"
+
+
+def keep_ttl(client: ClickHouse, table: str, column: str, days: float | None, cluster: str | None) -> None:
+    """A table created with another retention gets this one: otherwise a longer `retention_days` would still
+    see ClickHouse drop rows at the old age. Existing rows are not rewritten (the retention job deletes at
+    the cutoff); parts written from now on carry the new TTL."""
+    if not days:
+        return
+    engine = client.command(
+        "SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = {t:String}", {"t": table}
+    )
+    if f"toIntervalSecond({int(days * 86400)})" not in str(engine):
+        client.command(
+            f"ALTER TABLE {_quote(table)}{_on(cluster)} MODIFY {ttl_clause(column, days)}",
+            settings={"materialize_ttl_after_modify": 0},
+        )
 
 
 def _on(cluster: str | None) -> str:
@@ -179,7 +199,7 @@ _DEDUP_WINDOW = ", non_replicated_deduplication_window = 1000"
 
 
 def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | None) -> str:
-    ttl = f"TTL toDateTime(Timestamp) + toIntervalSecond({int(ttl_days * 86400)})" if ttl_days else ""
+    ttl = ttl_clause("Timestamp", ttl_days) if ttl_days else ""
     engine = (
         "MergeTree()"
         if not cluster
@@ -327,12 +347,16 @@ def create_all(
     """Create what is missing; an existing `otel_traces` must be the exporter's layout."""
     for name, columns in tables.items():
         client.command(create_table(name, columns, cluster=cluster, ttl_days=ttl_days))
+        if (column := layout(name).ttl_column) is not None:
+            keep_ttl(client, name, column, ttl_days, cluster)
     exists = client.command(
         "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = {t:String}", {"t": otel_table}
     )
     if not int(exists):
         client.command(create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days))
     check_otel_traces(client, otel_table)
+    if own_otel_table:  # a table the user's Collector fills keeps the retention the user gave it
+        keep_ttl(client, otel_table, "Timestamp", ttl_days, cluster)
     for statement in ingest_statements(spans_with_json, otel_table=otel_table if own_otel_table else None,
                                        cluster=cluster):  # fmt: skip
         client.command(statement)
