@@ -7,16 +7,19 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import duckdb
 import pytest
 from builders import request, span
 from conftest import RunningService, service_settings
 from receivers import require_or_skip
+from waiting import HANG_GUARD
 
 from storage.duckdb.space import DiskSpace
 
@@ -136,3 +139,36 @@ def test_the_reserve_takes_at_most_half_the_free_space_and_is_given_up_whole(tmp
     assert disk.give_up_reserve() == 64 << 20
     assert not reserve.exists()
     assert DiskSpace(tmp_path, reserve=reserve, reserve_bytes=0).keep_reserve() == 0
+
+
+def test_without_a_reserve_a_retention_that_cannot_checkpoint_fails_once_and_nothing_hangs(small_disk: Path) -> None:
+    """No reserve (storage.reserve_mb: 0) and a disk full to the last block: retention's checkpoint has no room,
+    and DuckDB invalidates the database. The writer survives it: retention fails instead of waiting forever,
+    spans are refused as retryable, /readyz is 503 until a restart, and the service stops cleanly."""
+    now_ns = int(datetime.now(UTC).timestamp() * 1e9)
+    old = now_ns - 9 * 86_400 * 10**9
+
+    def aged(i: int, start: int) -> bytes:
+        attrs = {"gen_ai.request.model": "m", "payload": f"{i}-" + os.urandom(600).hex()}
+        return request([span(start=start, attributes=attrs) for _ in range(BATCH)]).SerializeToString()
+
+    with RunningService(service_settings(small_disk / "tailwatch.duckdb", storage={"reserve_mb": 0})) as svc:
+        i = 0
+        while post(svc, aged(i, old))[0] == 200:
+            i += 1
+            assert i < 400, "the disk never filled"
+        outcome: list[BaseException | int] = []
+        retention = threading.Thread(target=lambda: outcome.append(_outcome(svc.service.enforce_retention)))
+        retention.start()
+        retention.join(HANG_GUARD)
+        assert not retention.is_alive(), "retention hung"
+        assert isinstance(outcome[0], duckdb.FatalException)
+        assert ready(svc) == 503
+        assert post(svc, aged(i, now_ns)) == (503, "1")
+
+
+def _outcome(fn: Callable[[], int]) -> BaseException | int:
+    try:
+        return fn()
+    except BaseException as exc:
+        return exc

@@ -72,7 +72,7 @@ class DuckDBStorage:
     @property
     def refusing_writes(self) -> bool:
         """Whether every write is refused for now (a full disk): readiness says so to load balancers."""
-        return self.writer.disk.full
+        return self.writer.disk.full or self.writer.invalidated is not None
 
     @property
     def sink(self) -> Writer:
@@ -132,5 +132,6 @@ class DuckDBStorage:
             return
         self._closed = True
         self.writer.close()
-        self.connection.execute("CHECKPOINT")
+        if self.writer.invalidated is None:  # an invalidated database refuses the checkpoint; its WAL replays
+            self.connection.execute("CHECKPOINT")
         self.connection.close()

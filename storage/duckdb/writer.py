@@ -117,6 +117,7 @@ class Writer:
         self._clock = clock
         self._recent = RecentSpans(dedup_window_seconds, dedup_max_spans)
         self._queue: GroupQueue[_Batch | _Job[Any]] = GroupQueue(max_queued_spans)
+        self.invalidated: duckdb.FatalException | None = None  # set once a fatal error invalidated the database
         self._thread = threading.Thread(target=self._run, name="tailwatch-writer", daemon=True)
         [(path,)] = con.execute(
             "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
@@ -194,7 +195,7 @@ class Writer:
             points = pa.concat_tables(metric_tables) if metric_tables else None
             stored_scores = self._insert(batch, scores, points, now)
         except Exception as exc:  # the batch is retried by the clients; the writer must keep running
-            if not self.disk.failed(exc):
+            if not self.disk.failed(exc) and not self._invalidated_by(exc):
                 log.exception("group commit of %d spans failed; rolled back", rows)
             if self._metrics:
                 self._metrics.commit_failures.inc()
@@ -268,10 +269,25 @@ class Writer:
                 con.execute("COMMIT")
         except Exception as exc:  # a failing job must not take the writer down with it
             _rollback(con)
-            log.exception("writer job %s failed", getattr(job.fn, "__name__", job.fn))
+            if not self._invalidated_by(exc):
+                log.exception("writer job %s failed", getattr(job.fn, "__name__", job.fn))
             job.future.set_exception(exc)
         else:
             job.future.set_result(result)
+
+    def _invalidated_by(self, exc: BaseException) -> bool:
+        """Whether `exc` is DuckDB's fatal error: the database refuses every statement until it is reopened.
+        Said once, with what to do; every later write fails at once with the same error, and /readyz is 503."""
+        if not isinstance(exc, duckdb.FatalException):
+            return False
+        if self.invalidated is None:
+            self.invalidated = exc
+            log.error(
+                "the database was invalidated by a fatal error and takes no more writes until Tailwatch is "
+                "restarted (free disk space first if it is full; storage.reserve_mb keeps room for this): %s",
+                str(exc).splitlines()[0],
+            )
+        return True
 
     def _set_queue_gauge(self) -> None:
         if self._metrics:
@@ -279,8 +295,10 @@ class Writer:
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
-    # A COMMIT that failed (a full disk) has already ended the transaction.
-    with contextlib.suppress(duckdb.TransactionException):
+    # A COMMIT that failed (a full disk) has already ended the transaction, and a database invalidated by a
+    # fatal error refuses the ROLLBACK too: either way there is nothing left to undo, and the failure that
+    # led here is the one to report.
+    with contextlib.suppress(duckdb.Error):
         con.execute("ROLLBACK")
 
 
