@@ -72,7 +72,7 @@ def follower_of(settings: Settings, storage: AnyStorage) -> Follower | None:
         return None
     days = settings.storage.retention_days
     return Follower(
-        ClickHouseOtelTraces(storage.client, ch.otel_table),
+        ClickHouseOtelTraces(storage.client, ch.otel_table, ch.cluster),
         storage.sink,
         build_plan(settings.normalize),
         lag=timedelta(seconds=ch.follow_lag_seconds),

@@ -30,9 +30,16 @@ from detectors.registry import REGISTRY
 from detectors.scheduler import scheduled_pass
 from storage.clickhouse.backend import ClickHouseStorage
 from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.evaluator import Evaluator
 from storage.clickhouse.lease import ClickHouseLease
 from storage.clickhouse.otel_source import ClickHouseOtelTraces
-from storage.clickhouse.schema import SchemaMismatch
+from storage.clickhouse.schema import (
+    SchemaMismatch,
+    create_otel_traces,
+    create_replaced,
+    create_table,
+    ingest_statements,
+)
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import Aggregate, Measure, QueryError, Requests, RequestSummary, Storage, Window
 from tailwatch import simulate
@@ -464,3 +471,22 @@ def test_a_new_retention_reaches_the_ttl_of_tables_created_with_another() -> Non
             assert f"toIntervalSecond({30 * 86400})" in engine, table
     finally:
         longer.close()
+
+
+def test_on_a_cluster_every_table_is_created_on_it_replicated() -> None:
+    # No ClickHouse cluster runs here: the statements are what can be checked.
+    evaluator = Evaluator()
+    try:
+        statements = [create_table(name, columns, cluster="prod", ttl_days=7) for name, columns in
+                      evaluator.tables.items()]  # fmt: skip
+        statements.append(create_otel_traces("otel_traces", cluster="prod", ttl_days=7))
+        statements += ingest_statements(evaluator.span_columns_with_json(), otel_table="otel_traces", cluster="prod")
+        statements.append(create_replaced("tailwatch_lease", "name String", "name", "prod"))
+    finally:
+        evaluator.close()
+    assert len(statements) > 20
+    for statement in statements:
+        assert "ON CLUSTER `prod`" in statement, statement[:80]
+        if "ENGINE = Null" not in statement and "MATERIALIZED VIEW" not in statement:
+            assert "ENGINE = Replicated" in statement, statement[:80]
+            assert "non_replicated_deduplication_window" not in statement

@@ -34,8 +34,10 @@ class ClickHouseStorage:
         sql_timeout_seconds: float,
         sql_max_rows: int,
         lease_seconds: float = 60,
+        cluster: str | None = None,
     ) -> None:
         tables = evaluator.tables
+        self.cluster = cluster
         self.client = client
         self.writer = writer
         self.windows = ClickHouseWindowSource(client, evaluator)
@@ -46,7 +48,7 @@ class ClickHouseStorage:
         self.retention = ClickHouseRetention(client, otel_table, own_otel_table)
         self.scrape_health = ClickHouseScrapeHealth(client, tables)
         self.engine_facts = ClickHouseEngineFacts(client, evaluator)
-        self.lease = ClickHouseLease(client, seconds=lease_seconds)
+        self.lease = ClickHouseLease(client, seconds=lease_seconds, cluster=cluster)
         self._evaluator = evaluator
         self._closed = False
 
@@ -105,6 +107,7 @@ class ClickHouseStorage:
             sql_timeout_seconds=sql_timeout_seconds,
             sql_max_rows=sql_max_rows,
             lease_seconds=lease_seconds,
+            cluster=cluster,
         )
 
     def stop_writes(self) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.schema import create_replaced, versioned
 
 TABLE = "tailwatch_lease"
 
@@ -36,6 +36,7 @@ class ClickHouseLease:
         seconds: float = 60,
         holder: str | None = None,
         clock: Callable[[], datetime] = _now,
+        cluster: str | None = None,
     ) -> None:
         self._client = client
         self.name = name
@@ -43,8 +44,7 @@ class ClickHouseLease:
         self._ttl = timedelta(seconds=seconds)
         self._clock = clock
         client.command(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} (name String, holder String, expires_at DateTime64(6, 'UTC'), "
-            "_version UInt64) ENGINE = ReplacingMergeTree(_version) ORDER BY name"
+            create_replaced(TABLE, "name String, holder String, expires_at DateTime64(6, 'UTC')", "name", cluster)
         )
 
     def current(self) -> tuple[str, datetime] | None:
@@ -60,17 +60,7 @@ class ClickHouseLease:
         current = self.current()
         if current is not None and current[0] != self.holder and current[1] > now:
             return False
-        self._client.insert(
-            TABLE,
-            pa.table(
-                {
-                    "name": [self.name],
-                    "holder": [self.holder],
-                    "expires_at": pa.array([now + self._ttl], pa.timestamp("us")),
-                    "_version": pa.array([time.time_ns()], pa.uint64()),
-                }
-            ),
-        )
+        self._write(now + self._ttl)
         after = self.current()
         return after is not None and after[0] == self.holder
 
@@ -78,14 +68,8 @@ class ClickHouseLease:
         """Give the lease up at shutdown, so a successor need not wait for it to run out."""
         current = self.current()
         if current is not None and current[0] == self.holder:
-            self._client.insert(
-                TABLE,
-                pa.table(
-                    {
-                        "name": [self.name],
-                        "holder": [self.holder],
-                        "expires_at": pa.array([self._clock()], pa.timestamp("us")),
-                        "_version": pa.array([time.time_ns()], pa.uint64()),
-                    }
-                ),
-            )
+            self._write(self._clock())
+
+    def _write(self, expires_at: datetime) -> None:
+        row = {"name": [self.name], "holder": [self.holder], "expires_at": pa.array([expires_at], pa.timestamp("us"))}
+        self._client.insert(TABLE, versioned(pa.table(row)))

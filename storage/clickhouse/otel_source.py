@@ -8,23 +8,22 @@ plan's converters read numbers from text as they do from numbers.
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 
 import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.schema import create_replaced, versioned
 
 _CURSOR = "tailwatch_follow_cursor"
 
 
 class ClickHouseOtelTraces:
-    def __init__(self, client: ClickHouse, table: str) -> None:
+    def __init__(self, client: ClickHouse, table: str, cluster: str | None = None) -> None:
         self._client = client
         self._table = table
         client.command(
-            f"CREATE TABLE IF NOT EXISTS {_CURSOR} (otel_table String, cursor DateTime64(9, 'UTC'), "
-            "_version UInt64) ENGINE = ReplacingMergeTree(_version) ORDER BY otel_table"
+            create_replaced(_CURSOR, "otel_table String, cursor DateTime64(9, 'UTC')", "otel_table", cluster)
         )
 
     def oldest(self) -> datetime | None:
@@ -40,11 +39,8 @@ class ClickHouseOtelTraces:
         return rows[0] if rows else None
 
     def advance(self, to: datetime) -> None:
-        self._client.insert(
-            _CURSOR,
-            pa.table({"otel_table": [self._table], "cursor": pa.array([to], pa.timestamp("ns")),
-                      "_version": pa.array([time.time_ns()], pa.uint64())}),
-        )  # fmt: skip
+        row = {"otel_table": [self._table], "cursor": pa.array([to], pa.timestamp("ns"))}
+        self._client.insert(_CURSOR, versioned(pa.table(row)))
 
     def walk_rows(
         self, since: datetime, until: datetime, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]

@@ -13,10 +13,12 @@ columns in `spans`, keyed by trace and span, which the detectors read.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
 
@@ -73,6 +75,11 @@ LAYOUTS: dict[str, Layout] = {
 NOT_IN_CLICKHOUSE = frozenset({"alembic_version"})
 
 
+def versioned(table: pa.Table) -> pa.Table:
+    """Rows of a ReplacingMergeTree with the `_version` that makes them replace what is stored: the newest wins."""
+    return table.append_column("_version", pa.array([time.time_ns()] * table.num_rows, pa.uint64()))
+
+
 def layout(table: str) -> Layout:
     """A table's layout: a detector's results (keyed by window) unless named above."""
     return LAYOUTS.get(table, _FIGURES)
@@ -119,15 +126,7 @@ def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, t
         body.append("    `_version` UInt64 DEFAULT 0")
     if name == "spans":
         body.append("    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1")
-    engine = (
-        ("ReplacingMergeTree(_version)" if spec.replacing else "MergeTree()")
-        if not cluster
-        else (
-            "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}', _version)"
-            if spec.replacing
-            else "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}')"
-        )
-    )
+    engine = table_engine(name, replacing=spec.replacing, cluster=cluster)
     parts = [
         f"CREATE TABLE IF NOT EXISTS {_quote(name)}{_on(cluster)} (\n" + ",\n".join(body) + "\n)",
         f"ENGINE = {engine}",
@@ -161,6 +160,23 @@ def keep_ttl(client: ClickHouse, table: str, column: str, days: float | None, cl
             f"ALTER TABLE {_quote(table)}{_on(cluster)} MODIFY {ttl_clause(column, days)}",
             settings={"materialize_ttl_after_modify": 0},
         )
+
+
+def table_engine(name: str, *, replacing: bool, cluster: str | None) -> str:
+    """MergeTree or ReplacingMergeTree(_version), Replicated on a cluster (one ZooKeeper path per table and shard)."""
+    if not cluster:
+        return "ReplacingMergeTree(_version)" if replacing else "MergeTree()"
+    path = "'/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}'"
+    return f"ReplicatedReplacingMergeTree({path}, _version)" if replacing else f"ReplicatedMergeTree({path})"
+
+
+def create_replaced(name: str, columns: str, order_by: str, cluster: str | None) -> str:
+    """A small table of rows replaced by key (a lease, a cursor): `columns` as DDL, `_version` added."""
+    engine = table_engine(name, replacing=True, cluster=cluster)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {_quote(name)}{_on(cluster)} ({columns}, _version UInt64) "
+        f"ENGINE = {engine} ORDER BY {order_by}"
+    )
 
 
 def _on(cluster: str | None) -> str:
@@ -200,11 +216,7 @@ _DEDUP_WINDOW = ", non_replicated_deduplication_window = 1000"
 
 def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | None) -> str:
     ttl = ttl_clause("Timestamp", ttl_days) if ttl_days else ""
-    engine = (
-        "MergeTree()"
-        if not cluster
-        else "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/" + table + "', '{replica}')"
-    )
+    engine = table_engine(table, replacing=False, cluster=cluster)
     return f"""
 CREATE TABLE IF NOT EXISTS {_quote(table)}{_on(cluster)} (
     Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
@@ -363,10 +375,8 @@ def create_all(
     client.command(
         f"CREATE TABLE IF NOT EXISTS tailwatch_schema{_on(cluster)} "
         "(version UInt32, applied_at DateTime DEFAULT now()) "
-        "ENGINE = " + ("MergeTree()" if not cluster else
-                       "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/tailwatch_schema', '{replica}')")
-        + " ORDER BY version"
-    )  # fmt: skip
+        f"ENGINE = {table_engine('tailwatch_schema', replacing=False, cluster=cluster)} ORDER BY version"
+    )
     have = client.command("SELECT count() FROM tailwatch_schema WHERE version = {v:UInt32}", {"v": SCHEMA_VERSION})
     if not int(have):
         client.command("INSERT INTO tailwatch_schema (version) VALUES ({v:UInt32})", {"v": SCHEMA_VERSION})

@@ -10,7 +10,6 @@ that is logged stored everything.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
@@ -20,7 +19,7 @@ import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
-from storage.clickhouse.schema import Column
+from storage.clickhouse.schema import Column, versioned
 from storage.duckdb.detector_store import COUNTED_ONCE_PER_MINUTE
 from storage.duckdb.engine_facts import CHUNK
 from storage.ports import Alert, EvaluationRecord, FiringState, RunRecord, TargetHealth, Window
@@ -41,11 +40,6 @@ def arrow_type(clickhouse_type: str) -> pa.DataType:
     inner = clickhouse_type.removeprefix("Nullable(").removesuffix(")") if clickhouse_type.startswith(
         "Nullable(") else clickhouse_type  # fmt: skip
     return _ARROW[inner]
-
-
-def version() -> int:
-    """A replaced row's version: newer writes win."""
-    return time.time_ns()
 
 
 def fit(frame: pl.DataFrame | pa.Table, columns: Sequence[Column], table: str) -> pa.Table:
@@ -80,23 +74,22 @@ class ClickHouseDetectorStore:
             breaches=dict(zip(counts["fingerprint"].to_pylist(), counts["breaches"].to_pylist(), strict=True)),
         )
 
-    def _alerts(self, alerts: Sequence[Alert], explanations: dict[str, str]) -> pa.Table:
-        rows = [a.as_row() for a in alerts]
-        for row in rows:
-            if row["alert_id"] in explanations:
-                row["explanation"] = explanations[row["alert_id"]]
-        table = fit(pa.Table.from_pylist(rows) if rows else pa.table({}), self._tables["alerts"], "alerts") if rows \
-            else None  # fmt: skip
-        return table.append_column("_version", pa.array([version()] * table.num_rows, pa.uint64())) if table else \
-            pa.table({})  # fmt: skip
+    def _alerts(self, alerts: Sequence[Alert], explanations: Mapping[str, str]) -> pa.Table | None:
+        """The alerts' rows as they are to be stored, explanations written in; None without any."""
+        if not alerts:
+            return None
+        rows = [{**a.as_row(), "explanation": explanations.get(a.alert_id, a.explanation)} for a in alerts]
+        return versioned(fit(pa.Table.from_pylist(rows), self._tables["alerts"], "alerts"))
 
     def persist(self, evaluation: EvaluationRecord) -> None:
         run, window = evaluation.run, evaluation.run.window
         at = pl.lit(run.at, pl.Datetime("us"))
+        unknown = [table for table in evaluation.figures if table not in self._tables]
+        if unknown:
+            raise ValueError(f"no table {unknown[0]!r} on ClickHouse")
         figures = {
             table: fit(frame.with_columns(evaluated_at=at), self._tables[table], table)
             for table, frame in evaluation.figures.items()
-            if _known(self._tables, table)
         }
         explanations = dict(evaluation.explanations)
         changed = [*evaluation.fired, *evaluation.changed]
@@ -119,7 +112,7 @@ class ClickHouseDetectorStore:
         )
         for table, rows in figures.items():
             self._replace_window(table, window, rows)
-        if alerts.num_rows:
+        if alerts is not None:
             self._client.insert("alerts", alerts)
         if self._has("alert_conditions", "detector = {d:String}", {"d": run.detector}):
             self._client.command("DELETE FROM alert_conditions WHERE detector = {d:String}", {"d": run.detector})
@@ -154,12 +147,6 @@ class ClickHouseDetectorStore:
         self._client.insert("detector_runs", runs)
 
 
-def _known(tables: dict[str, list[Column]], table: str) -> bool:
-    if table not in tables:
-        raise ValueError(f"no table {table!r} on ClickHouse")
-    return True
-
-
 class ClickHouseScrapeHealth:
     """One row per target, replaced each round; a failed scrape keeps the last success."""
 
@@ -191,8 +178,7 @@ class ClickHouseScrapeHealth:
                 "scrape_targets",
             )  # fmt: skip
             if table.num_rows:
-                table = table.append_column("_version", pa.array([version()] * table.num_rows, pa.uint64()))
-                self._client.insert("scrape_targets", table)
+                self._client.insert("scrape_targets", versioned(table))
         except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
             future.set_exception(exc)
         else:
@@ -250,6 +236,5 @@ class ClickHouseEngineFacts:
             rows = self._evaluator.settle(self._client, window)
             if rows.num_rows == 0:
                 return settled
-            self._client.insert("spans", rows.append_column(
-                "_version", pa.array([version()] * rows.num_rows, pa.uint64())))  # fmt: skip
+            self._client.insert("spans", versioned(rows))
             settled += rows.num_rows
