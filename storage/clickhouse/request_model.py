@@ -24,6 +24,8 @@ from storage.ports import Aggregate, Measure, RequestSummary
 # Columns of the span-level model whose value comes from the client span first (the caller knows the tenant).
 CLIENT_FIRST = ("tenant_id", "provider", "operation")
 _IDS = ("trace_id", "span_id", "server_span_id", "client_span_id", "status_code")
+# What pairing reads of every LLM span, whatever the read asks for.
+_LLM_KEYS = ("trace_id", "span_id", "llm_role", "start_time", "end_time", "status_code")
 # The settled model over the span-level one: a span's own value first, then its stored engine fact.
 _FACT_OF = {"queue_depth": "engine_queue_depth", "replica_count": "engine_replica_count",
             "cache_hit_ratio": "engine_cache_hit_ratio"}  # fmt: skip
@@ -63,7 +65,6 @@ def settled_requests_sql(model_columns: Iterable[str]) -> str:
     """A subquery of the settled requests that ended in [{t0}, {t1}) with these model columns."""
     wanted = list(dict.fromkeys(checked(c).strip('"') for c in model_columns))
     spans = _span_columns(wanted)
-    carried = ", ".join(spans)
     merged = [
         f"coalesce(p.c_{c}, x.{c}) AS {c}"
         if c in CLIENT_FIRST
@@ -75,8 +76,9 @@ def settled_requests_sql(model_columns: Iterable[str]) -> str:
         "WHEN x.status_code = 'ERROR' OR p.c_status_code = 'ERROR' THEN 'ERROR' "
         "WHEN x.status_code = 'OK' OR p.c_status_code = 'OK' THEN 'OK' ELSE 'UNSET' END AS status_code"
     )
+    extra = [c for c in spans if c not in _LLM_KEYS]
     llm = (
-        f"SELECT trace_id, span_id, llm_role, start_time, end_time, status_code{', ' + carried if carried else ''} "
+        f"SELECT {', '.join(_LLM_KEYS)}{''.join(', ' + c for c in extra)} "
         "FROM spans WHERE is_llm AND end_time >= {t0:DateTime64(6)} - INTERVAL 1 HOUR "
         "AND end_time < {t1:DateTime64(6)} + INTERVAL 1 HOUR"
     )
@@ -99,13 +101,16 @@ def settled_requests_sql(model_columns: Iterable[str]) -> str:
         claimed AS (SELECT DISTINCT trace_id, client_span_id FROM pairs)
         SELECT x.trace_id AS trace_id,
                if(p.attempt = 1, p.client_span_id, x.span_id) AS span_id,
+               if(x.llm_role = 'server', x.span_id, NULL) AS server_span_id,
+               CASE WHEN p.attempt = 1 THEN p.client_span_id WHEN x.llm_role = 'client' THEN x.span_id END
+                   AS client_span_id,
                {status}{"".join(", " + m for m in merged)}
         FROM (SELECT * FROM llm WHERE end_time >= {{t0:DateTime64(6)}} AND end_time < {{t1:DateTime64(6)}}) AS x
         LEFT JOIN attempts AS p ON p.trace_id = x.trace_id AND p.server_span_id = x.span_id
         LEFT JOIN claimed AS k ON k.trace_id = x.trace_id AND k.client_span_id = x.span_id
         WHERE k.client_span_id IS NULL
     """
-    outer = [_settled(c) if c not in ("trace_id", "span_id", "status_code") else f"r.{c} AS {c}" for c in wanted]
+    outer = [_settled(c) if c not in _IDS else f"r.{c} AS {c}" for c in wanted]
     return f"(SELECT {', '.join(outer) or '1 AS one'} FROM ({span_model}) AS r)"
 
 
