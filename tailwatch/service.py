@@ -140,7 +140,9 @@ class Service:
         if s.scheduler:
             self._schedule_upkeep(self._scheduler)
         detectors = schedule(self._scheduler, self.detection, gate=self._gate) if s.scheduler else []
-        follower = follower_of(s, storage)
+        # Following the Collector's table is scheduler work: a receiver-only process neither follows nor takes
+        # the lease from the process that does.
+        follower = follower_of(s, storage) if s.scheduler else None
         if follower is not None:
             self._scheduler.add_job(
                 lambda: follower.run_once(_ago(timedelta(0))) if self._holds() else 0,
