@@ -494,3 +494,19 @@ def test_on_a_cluster_every_table_is_created_on_it_replicated() -> None:
         if "ENGINE = Null" not in statement and "MATERIALIZED VIEW" not in statement:
             assert "ENGINE = Replicated" in statement, statement[:80]
             assert "non_replicated_deduplication_window" not in statement
+
+
+def test_a_receiver_only_process_schedules_nothing_and_never_takes_the_lease(tmp_path: Path) -> None:
+    settings = service_settings(
+        tmp_path / "unused.duckdb",
+        scheduler=False,
+        storage={"backend": "clickhouse", "clickhouse": {"dsn": chdb_dsn("receiver"), "otel_traces": "follow"}},
+    )
+    with RunningService(settings) as svc:
+        storage = svc.service.storage
+        assert isinstance(storage, ClickHouseStorage)
+        scheduler = svc.service._scheduler  # what the process runs on its own is the point
+        assert scheduler is not None and scheduler.get_jobs() == []
+        assert storage.lease.current() is None
+        body = request([span(attributes={"gen_ai.request.model": "m"}) for _ in range(5)]).SerializeToString()
+        assert post(svc, body)[0] == 200  # it still receives
