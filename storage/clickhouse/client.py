@@ -18,14 +18,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import clickhouse_connect
 import pyarrow as pa
 import pyarrow.compute as pc
-from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
+from clickhouse_connect.driver.exceptions import ClickHouseError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SESSION: dict[str, Any] = {"session_timezone": "UTC", "final": 1}
-
-# What a refused write is: the server is down or unreachable (OperationalError) or refused the statement
-# for a reason of its own (DatabaseError, e.g. too many parts, a timeout). Both are retryable for a client.
-Unavailable = (OperationalError, DatabaseError, ClickHouseError, OSError)
 
 
 def _connect(dsn: str, extra: dict[str, Any]) -> Any:
@@ -37,11 +33,11 @@ def _connect(dsn: str, extra: dict[str, Any]) -> Any:
             raise
     parsed = urlsplit(dsn)
     query = dict(parse_qsl(parsed.query))
-    database = query.pop("database", None) or parsed.path.lstrip("/").split("/")[0]
+    named = query.pop("database", None)  # chdb:///path?database=x; a server's DSN names it as its path
+    database = named or parsed.path.lstrip("/").split("/")[0]
     if not database or not _NAME.fullmatch(database):
         raise ValueError(f"{database!r} is not a database name Tailwatch creates")
-    bare = urlunsplit(parsed._replace(query=urlencode(query))) if "database" in dict(parse_qsl(parsed.query)) else \
-        urlunsplit(parsed._replace(path=""))  # fmt: skip
+    bare = urlunsplit(parsed._replace(query=urlencode(query)) if named else parsed._replace(path=""))
     admin = clickhouse_connect.get_client(dsn=bare, settings=dict(_SESSION), **extra)
     try:
         admin.command(f"CREATE DATABASE IF NOT EXISTS `{database}`")

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from collector.model import ENGINE_JOINED
 from storage.clickhouse.client import ClickHouse
+from storage.clickhouse.request_model import span_level_columns
 from storage.clickhouse.schema import SPAN_JSON_COLUMNS, Column, clickhouse_type, tables_of
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
@@ -56,16 +57,6 @@ _ALWAYS = frozenset(
     {"trace_id", "span_id", "llm_role", "is_llm", "name", "kind", "start_time", "end_time", "duration_ms",
      "status_code", "ingested_at", "engine_settled", "replica_id", "deployment"}
 )  # fmt: skip
-# Request-model columns filled from a settled span's engine facts too.
-_FROM_FACTS = {
-    "queue_depth": ("engine_queue_depth",), "replica_count": ("engine_replica_count",),
-    "cache_hit_ratio": ("engine_cache_hit_ratio",),
-    "queue_depth_source": ("queue_depth", "engine_queue_depth"),
-    "replica_count_source": ("replica_count", "engine_replica_count"),
-    "cache_hit_ratio_source": ("cache_hit_ratio", "engine_cache_hit_ratio"),
-    "kv_cache_usage": ("engine_kv_cache_usage",), "running_requests": ("engine_running_requests",),
-    "preemptions": ("engine_preemptions",), "step_tokens": ("engine_step_tokens",),
-}  # fmt: skip
 
 
 def needs_engine(columns: tuple[str | None, ...] | list[str | None]) -> bool:
@@ -74,8 +65,8 @@ def needs_engine(columns: tuple[str | None, ...] | list[str | None]) -> bool:
 
 def span_columns(asked: Iterable[str | None]) -> frozenset[str]:
     """The `spans` columns a read of these request-model columns depends on."""
-    wanted = {c for c in asked if c is not None}
-    return _ALWAYS | wanted | {f for c in wanted for f in _FROM_FACTS.get(c, ())}
+    wanted = [c for c in asked if c is not None]
+    return _ALWAYS | set(wanted) | set(span_level_columns(wanted))
 
 
 class Evaluator:

@@ -42,10 +42,11 @@ class ClickHouseWindowSource:
         return bool(
             int(
                 self._client.command(
-                    "SELECT (SELECT count() FROM engine_metrics WHERE time >= {s:DateTime64(6)} - INTERVAL 2 HOUR "
-                    "AND time < {e:DateTime64(6)} + INTERVAL 2 HOUR LIMIT 1) > 0 AND (SELECT count() FROM spans "
-                    "WHERE is_llm AND engine_settled IS NULL AND end_time >= {s:DateTime64(6)} "
-                    "AND end_time < {e:DateTime64(6)} LIMIT 1) > 0",
+                    # Whether one row exists, not how many: each stops at the first.
+                    "SELECT (SELECT count() FROM (SELECT 1 FROM engine_metrics WHERE time >= {s:DateTime64(6)} - "
+                    "INTERVAL 2 HOUR AND time < {e:DateTime64(6)} + INTERVAL 2 HOUR LIMIT 1)) > 0 "
+                    "AND (SELECT count() FROM (SELECT 1 FROM spans WHERE is_llm AND engine_settled IS NULL "
+                    "AND end_time >= {s:DateTime64(6)} AND end_time < {e:DateTime64(6)} LIMIT 1)) > 0",
                     {"s": window.start, "e": window.end},
                 )
             )

@@ -33,8 +33,9 @@ _ENGINE_ONLY = {"kv_cache_usage": "engine_kv_cache_usage", "running_requests": "
                 "preemptions": "engine_preemptions", "step_tokens": "engine_step_tokens"}  # fmt: skip
 
 
-def _span_columns(model_columns: Iterable[str]) -> list[str]:
-    """The span-level model columns the settled columns are made of."""
+def span_level_columns(model_columns: Iterable[str]) -> list[str]:
+    """The span-level model columns (and so the `spans` columns) the settled columns are made of: a column
+    itself, and the engine fact a settled span stands in with."""
     out: list[str] = []
     for c in model_columns:
         if c in _FACT_OF:
@@ -64,7 +65,7 @@ def _settled(c: str) -> str:
 def settled_requests_sql(model_columns: Iterable[str]) -> str:
     """A subquery of the settled requests that ended in [{t0}, {t1}) with these model columns."""
     wanted = list(dict.fromkeys(checked(c).strip('"') for c in model_columns))
-    spans = _span_columns(wanted)
+    spans = span_level_columns(wanted)
     merged = [
         f"coalesce(p.c_{c}, x.{c}) AS {c}"
         if c in CLIENT_FIRST
