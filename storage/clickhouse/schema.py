@@ -77,7 +77,7 @@ NOT_IN_CLICKHOUSE = frozenset({"alembic_version"})
 
 def versioned(table: pa.Table) -> pa.Table:
     """Rows of a ReplacingMergeTree with the `_version` that makes them replace what is stored: the newest wins."""
-    return table.append_column("_version", pa.array([time.time_ns()] * table.num_rows, pa.uint64()))
+    return table.append_column("_version", pa.repeat(pa.scalar(time.time_ns(), pa.uint64()), table.num_rows))
 
 
 def layout(table: str) -> Layout:

@@ -46,7 +46,8 @@ class _Batch:
 
 
 def _stamped(table: pa.Table, now: datetime) -> pa.Table:
-    return table.append_column("ingested_at", pa.array([now] * table.num_rows, pa.timestamp("us")))
+    # One value repeated by Arrow: a group is up to a queue's worth of spans, no Python object per span.
+    return table.append_column("ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us")), table.num_rows))
 
 
 def micros(table: pa.Table) -> pa.Table:
