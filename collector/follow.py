@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from collector.decode import finish
@@ -39,7 +40,7 @@ def walked(rows: pa.Table, span_keys: tuple[str, ...], resource_keys: tuple[str,
     """The walk's result for rows read from otel_traces: each span is its own resource row."""
     n = rows.num_rows
     columns = [
-        pa.array(range(n), pa.int32()) if f.name == "resource_index" else rows.column(f.name).cast(f.type)
+        pa.array(np.arange(n, dtype=np.int32)) if f.name == "resource_index" else rows.column(f.name).cast(f.type)
         for f in WALK_SCHEMA
     ]
     batch = pa.RecordBatch.from_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns],
