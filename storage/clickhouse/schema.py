@@ -296,10 +296,10 @@ def _micros(column: str) -> str:
 
 def _string_map(json_column: str) -> str:
     # The exporter stores every attribute value as text: a string as itself, anything else as its JSON.
+    # The JSON is parsed once: the key-value pairs are mapped, then cast to the Map they already are.
     return (
-        f"CAST(mapFromArrays(arrayMap(kv -> kv.1, JSONExtractKeysAndValuesRaw(ifNull({json_column}, '{{}}'))), "
-        f"arrayMap(kv -> if(startsWith(kv.2, '\"'), JSONExtractString(kv.2), kv.2), "
-        f"JSONExtractKeysAndValuesRaw(ifNull({json_column}, '{{}}')))), 'Map(String, String)')"
+        f"CAST(arrayMap(kv -> (kv.1, if(startsWith(kv.2, '\"'), JSONExtractString(kv.2), kv.2)), "
+        f"JSONExtractKeysAndValuesRaw(ifNull({json_column}, '{{}}'))), 'Map(String, String)')"
     )
 
 
