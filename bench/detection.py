@@ -27,7 +27,7 @@ GENERATE = """
 INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code, service_name,
     tenant_id, replica_id, deployment, model, operation, is_llm, llm_role, input_tokens, output_tokens,
     cached_input_tokens, ttft_ms, tpot_ms, queue_ms, prefill_ms, decode_ms, e2e_ms, cache_hit_ratio, queue_depth,
-    replica_count, batch_size, prefill_tokens_in_batch, quantization, attributes, resource, ingested_at)
+    replica_count, batch_size, prefill_tokens_in_batch, quantization, attributes_rest, resource, ingested_at)
 SELECT md5(i::VARCHAR), left(md5(i::VARCHAR || 's'), 16), 'llm_request', 'SERVER',
     end_time - to_milliseconds(e2e::BIGINT), end_time, e2e, CASE WHEN random() < 0.01 THEN 'ERROR' ELSE 'OK' END,
     deployment, tenant, 'r' || (i % 8), deployment, model, 'chat', true, 'server', input_tokens, output_tokens,
@@ -82,8 +82,16 @@ def main() -> None:
     # Full pass: every detector over the whole day as one window (token_latency: its last window against
     # the full 24-hour baseline, which is what it always reads).
     day = {"window_seconds": 86400, "settle_seconds": 0}
+    # A day of 10 million requests as one window is a backfill: its frames take gigabytes, past what the
+    # pass holds by default (storage.detection_memory_mb), so this run lifts the bound.
     full = load_settings(
-        None, {"db": str(db), "detectors": {k: day for k in REGISTRY if k != "token_latency"}}, environ={}
+        None,
+        {
+            "db": str(db),
+            "storage": {"detection_memory_mb": 65536},
+            "detectors": {k: day for k in REGISTRY if k != "token_latency"},
+        },
+        environ={},
     )
     storage = open_storage(defaults)
     if fresh:

@@ -31,6 +31,7 @@ from llm_spans import unique_requests
 from collector.decode import Encoding, choose_decoder, decode_traces
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
+from storage.duckdb.stored_attributes import insert_spans_sql
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,9 +64,9 @@ def insert_ceiling(requests: list[bytes], workdir: Path) -> float:
     rows = 0
     for table in tables:
         assert table is not None
-        columns = ", ".join(table.column_names)
         con.register("batch", table)
-        con.execute(f"INSERT INTO spans ({columns}, ingested_at) SELECT {columns}, ? FROM batch", [stamp])
+        # As the writer inserts with the default storage.attributes (whole).
+        con.execute(insert_spans_sql("batch", tuple(table.column_names), split=False), [stamp])
         con.unregister("batch")
         rows += table.num_rows
     con.execute("CHECKPOINT")

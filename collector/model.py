@@ -38,6 +38,7 @@ SQL_TYPES: dict[pa.DataType, str] = {
     pa.float64(): "DOUBLE",
     pa.bool_(): "BOOLEAN",
     pa.timestamp("ns"): "TIMESTAMP",
+    pa.uint64(): "UBIGINT",
 }
 
 
@@ -135,6 +136,12 @@ SPAN_COLUMNS: tuple[Column, ...] = (
     Column("engine_preemptions", _INT, "count", "The replica's preemptions during the span.", Origin.STORAGE),
     Column("engine_step_tokens", _FLOAT, "tokens", "The replica's tokens per engine step during the span.",
            Origin.STORAGE),
+    # How DuckDB stores `attributes` (storage/duckdb/stored_attributes.py): what no column reproduces, and a
+    # bit for each attribute written back from its column when read.
+    Column("attributes_rest", _TEXT, None, "The attributes no canonical column reproduces (DuckDB's storage of "
+           "`attributes`).", Origin.STORAGE, stored_as="JSON"),
+    Column("attributes_moved", pa.uint64(), None, "One bit for each attribute `attributes` writes back from its "
+           "canonical column (DuckDB's storage of `attributes`).", Origin.STORAGE),
 )  # fmt: skip
 
 # `span_scores`: one row per quality score, keyed by the judged span.

@@ -7,6 +7,11 @@ for its whole length: a pass asked for while another runs waits for it, so both 
 same firing state before either persists. For each detector it fetches the declared reads, times
 the pure `detect`, applies the alert state, persists the evaluation atomically and notifies. A
 failing detector is logged, counted and recorded; it never stops the others.
+
+Per-request frames grow with traffic, not with any setting, so the pass bounds them: with
+`max_frame_bytes`, the frames it holds at once (shared ones included) may not pass it, and a detector
+whose window needs more is not evaluated that time (outcome `too_large`) rather than growing the
+process without limit.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from detectors.alerts import Alert, Evaluation, evaluate
 from detectors.base import DetectorConfig, Read, Window
 from detectors.figure_gauges import FigureGauges
 from detectors.registry import REGISTRY, get
-from storage.ports import DetectorStore, EvaluationRecord, RunRecord, WindowSource
+from storage.ports import DetectorStore, EvaluationRecord, FrameBudget, FrameTooLarge, RunRecord, WindowSource
 
 log = logging.getLogger(__name__)
 _CACHE_SIZE = 32
@@ -47,7 +52,7 @@ class AlertSink(Protocol):
 class RunResult:
     detector: str
     window: Window
-    outcome: str  # ok | error
+    outcome: str  # ok | error | too_large
     seconds: float
     rows: int = 0
     conditions: int = 0
@@ -79,12 +84,16 @@ class SharedReads:
         if self._remaining[read] <= 0:
             self._tables.pop(read, None)
 
+    def held_bytes(self) -> int:
+        """What the tables kept for later detectors take."""
+        return sum(table.nbytes for table in self._tables.values())
+
 
 class DetectorMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.runs = MetricCounter(
             "tailwatch_detector_runs",
-            "Detector evaluations by outcome (ok, error).",
+            "Detector evaluations by outcome (ok, error, too_large).",
             ["detector", "outcome"],
             registry=registry,
         )
@@ -124,8 +133,10 @@ class DetectionPass:
         *,
         sink: AlertSink | None = None,
         metrics: DetectorMetrics | None = None,
+        max_frame_bytes: int | None = None,
     ) -> None:
         self._source = source
+        self._max_frame_bytes = max_frame_bytes
         self._store = store
         self._configs = configs
         self._sink = sink
@@ -195,7 +206,10 @@ class DetectionPass:
         try:
             if isinstance(reads, Exception):
                 raise reads
-            frames = {name: _frame(self._fetch(read, shared)) for name, read in reads.items()}
+            budget = None
+            if self._max_frame_bytes is not None:
+                budget = FrameBudget(self._max_frame_bytes, used=shared.held_bytes())
+            frames = {name: _frame(self._fetch(read, shared, budget)) for name, read in reads.items()}
             detection = spec.detect(frames, config, window)
             state = self._store.firing_state(key)
             evaluation = evaluate(
@@ -223,11 +237,20 @@ class DetectionPass:
                     explanations=detection.explanations,
                 )
             )
+        except FrameTooLarge as exc:
+            # Not a fault of the detector: its window holds more requests than the bound lets in. One line
+            # (no traceback) a skipped evaluation, naming the two ways out.
+            seconds = time.perf_counter() - started
+            message = f"{key} was not evaluated for {window.label()}: {exc}; shorten its window or raise the limit"
+            log.warning("%s", message)
+            self._record_failure(key, window, at, seconds, message, outcome="too_large")
+            return RunResult(key, window, "too_large", seconds, error=message)
         except Exception as exc:  # one broken detector must not stop the others
             seconds = time.perf_counter() - started
             log.exception("detector %s failed for %s", key, window.label())
-            self._record_failure(key, window, at, seconds, exc)
-            return RunResult(key, window, "error", seconds, error=f"{type(exc).__name__}: {exc}")
+            message = f"{type(exc).__name__}: {exc}"
+            self._record_failure(key, window, at, seconds, message, outcome="error")
+            return RunResult(key, window, "error", seconds, error=message)
         seconds = time.perf_counter() - started
         for alert in evaluation.fired:
             log.warning("alert firing [%s] %s: %s", alert.severity, key, alert.summary)
@@ -245,10 +268,10 @@ class DetectionPass:
             firing=evaluation.firing,
         )  # fmt: skip
 
-    def _fetch(self, read: Read, shared: SharedReads) -> pa.Table:
+    def _fetch(self, read: Read, shared: SharedReads, budget: FrameBudget | None) -> pa.Table:
         if (table := shared.take(read)) is not None:
             return table
-        table = self._cache[read] if read.cacheable and read in self._cache else read.fetch(self._source)
+        table = self._cache[read] if read.cacheable and read in self._cache else read.fetch(self._source, budget)
         if read.cacheable:
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.pop(next(iter(self._cache)))
@@ -256,12 +279,14 @@ class DetectionPass:
         shared.keep(read, table)
         return table
 
-    def _record_failure(self, key: str, window: Window, at: datetime, seconds: float, exc: Exception) -> None:
+    def _record_failure(
+        self, key: str, window: Window, at: datetime, seconds: float, message: str, *, outcome: str
+    ) -> None:
         if self._metrics is not None:
-            self._metrics.runs.labels(key, "error").inc()
+            self._metrics.runs.labels(key, outcome).inc()
             self._metrics.show_figures(key, window, None, 0)
         try:
-            self._store.log_run(RunRecord(key, at, window, "error", seconds, error=f"{type(exc).__name__}: {exc}"))
+            self._store.log_run(RunRecord(key, at, window, outcome, seconds, error=message))
         except Exception:  # noqa: BLE001 - the run log is best effort; the failure is already logged
             log.warning("could not record the failed run of %s", key)
 

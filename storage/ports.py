@@ -85,6 +85,26 @@ class ScrapeHealth(Protocol):
 
 
 # ---- what a detector reads ----------------------------------------------------------------------
+
+
+class FrameTooLarge(Exception):
+    """A per-request read would pass what the detection pass may hold (`FrameBudget`)."""
+
+
+@dataclass
+class FrameBudget:
+    """The bytes of per-request frames the detection pass may still hold. A source charges each batch as
+    it reads, so a window that holds more stops one batch past the limit instead of after all of it."""
+
+    limit: int
+    used: int = 0
+
+    def charge(self, nbytes: int) -> None:
+        self.used += nbytes
+        if self.used > self.limit:
+            raise FrameTooLarge(f"its frames passed {self.limit / 2**20:.0f} MiB (storage.detection_memory_mb)")
+
+
 # Every read returns Arrow with a 64-bit `request_key` per request (the same for a request's scores,
 # labels and row), so frames join on one integer; the two id strings come only when asked for, where
 # a detector quotes them: a day of ids is ~1.5 GiB once in Python.
@@ -110,8 +130,8 @@ class Requests:
     categorical: bool = False
     cacheable = False
 
-    def fetch(self, source: WindowSource) -> pa.Table:
-        return source.requests(self)
+    def fetch(self, source: WindowSource, budget: FrameBudget | None = None) -> pa.Table:
+        return source.requests(self, budget)
 
 
 @dataclass(frozen=True)
@@ -123,8 +143,8 @@ class Scores:
     ids: bool = False
     cacheable = False
 
-    def fetch(self, source: WindowSource) -> pa.Table:
-        return source.scores(self)
+    def fetch(self, source: WindowSource, budget: FrameBudget | None = None) -> pa.Table:
+        return source.scores(self, budget)
 
 
 class Aggregate(StrEnum):
@@ -159,7 +179,7 @@ class RequestSummary:
     require: tuple[str, ...] = ()
     cacheable: bool = False
 
-    def fetch(self, source: WindowSource) -> pa.Table:
+    def fetch(self, source: WindowSource, budget: FrameBudget | None = None) -> pa.Table:
         return source.request_summary(self)
 
 
@@ -169,7 +189,7 @@ class FiringAlerts:
 
     cacheable = False
 
-    def fetch(self, source: WindowSource) -> pa.Table:
+    def fetch(self, source: WindowSource, budget: FrameBudget | None = None) -> pa.Table:
         return source.firing_alerts()
 
 
@@ -185,7 +205,7 @@ class SloCounts:
     windows: tuple[int, ...]
     cacheable = False
 
-    def fetch(self, source: WindowSource) -> pa.Table:
+    def fetch(self, source: WindowSource, budget: FrameBudget | None = None) -> pa.Table:
         return source.slo_counts(self)
 
 
@@ -195,8 +215,9 @@ Read = Requests | Scores | RequestSummary | FiringAlerts | SloCounts
 class WindowSource(Protocol):
     """The reads detectors declare, answered as Arrow tables."""
 
-    def requests(self, read: Requests) -> pa.Table: ...
-    def scores(self, read: Scores) -> pa.Table: ...
+    # The per-request reads grow with traffic: given a budget, they charge it batch by batch.
+    def requests(self, read: Requests, budget: FrameBudget | None = None) -> pa.Table: ...
+    def scores(self, read: Scores, budget: FrameBudget | None = None) -> pa.Table: ...
     def request_summary(self, read: RequestSummary) -> pa.Table: ...
     def firing_alerts(self) -> pa.Table: ...
     def slo_counts(self, read: SloCounts) -> pa.Table: ...

@@ -318,7 +318,7 @@ def _detect(settings: Settings, args: argparse.Namespace) -> int:
         sink.close()
         storage.close()
     for r in results:
-        status = "ok" if r.outcome == "ok" else f"FAILED: {r.error}"
+        status = {"ok": "ok", "too_large": f"SKIPPED: {r.error}"}.get(r.outcome, f"FAILED: {r.error}")
         print(f"{r.detector}: window {r.window.label()}: {status}; {r.rows} figure rows, {len(r.firing)} firing")
         for alert in r.firing:
             print(f"  [{alert.severity}] {alert.summary}")

@@ -62,6 +62,7 @@ def open_storage(settings: Settings, registry: CollectorRegistry | None = None) 
         sql_max_rows=settings.sql.max_rows,
         registry=registry,
         reserve_bytes=s.reserve_mb * 2**20,
+        split_attributes=s.attributes == "split",
     )
 
 
@@ -108,6 +109,7 @@ def detection_pass(
         settings.detector_configs(),
         sink=sink,
         metrics=DetectorMetrics(registry) if registry is not None else None,
+        max_frame_bytes=settings.storage.detection_memory_mb * 2**20,
     )
 
 

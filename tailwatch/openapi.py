@@ -153,7 +153,7 @@ SCHEMAS: Json = {
                         "detector": {"type": "string"},
                         "window_start": _TIME,
                         "window_end": _TIME,
-                        "outcome": {"type": "string", "enum": ["ok", "error"]},
+                        "outcome": {"type": "string", "enum": ["ok", "error", "too_large"]},
                         "seconds": {"type": "number"},
                         "error": {"type": ["string", "null"]},
                         "firing": {
@@ -224,7 +224,7 @@ SCHEMAS: Json = {
                         "detector": {"type": "string"},
                         "interval_seconds": {"type": ["integer", "null"]},
                         "last_run": {**_TIME, "type": ["string", "null"]},
-                        "last_outcome": {"type": ["string", "null"], "enum": ["ok", "error", None]},
+                        "last_outcome": {"type": ["string", "null"], "enum": ["ok", "error", "too_large", None]},
                         "last_seconds": {"type": ["number", "null"]},
                         "last_error": {"type": ["string", "null"]},
                         "failures_24h": {"type": "integer"},

@@ -141,9 +141,9 @@ def test_the_pass_reuses_a_cacheable_baseline_and_shares_reads_within_a_pass(ser
     for method in ("request_summary", "scores"):
         original = getattr(source, method)
 
-        def counting(read: Any, _method: str = method, _original: Any = original) -> Any:
+        def counting(read: Any, *budget: Any, _method: str = method, _original: Any = original) -> Any:
             reads.append(_method)
-            return _original(read)
+            return _original(read, *budget)
 
         setattr(source, method, counting)
     at = datetime(2026, 11, 20, 12, 0)

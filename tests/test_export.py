@@ -60,7 +60,7 @@ def build(db: Path) -> None:
             con.execute(
                 """INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
                        tenant_id, is_llm, llm_role, model, replica_id, e2e_ms, ttft_ms, input_tokens,
-                       cache_hit_ratio, attributes, resource, ingested_at)
+                       cache_hit_ratio, attributes_rest, resource, ingested_at)
                    VALUES (?, ?, 'llm_request', ?, ?, ?, ?, 'OK', ?, ?, ?, 'm1', ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
                     trace_id, span_id, "CLIENT" if role == "client" else "SERVER", start, end,

@@ -28,7 +28,7 @@ from detectors.registry import REGISTRY, get
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.readers import Reader
 from storage.duckdb.writer import Writer
-from storage.ports import FiringAlerts, Read, Requests, RequestSummary, Scores, SloCounts, WindowSource
+from storage.ports import FiringAlerts, FrameBudget, Read, Requests, RequestSummary, Scores, SloCounts, WindowSource
 
 AT = datetime(2026, 11, 20, 12, 0)
 WINDOW = Window(
@@ -264,11 +264,11 @@ class WatchingSource:
         self._returned.append((read, weakref.ref(table)))
         return table
 
-    def requests(self, read: Requests) -> pa.Table:
-        return self._watch(read, lambda: self._source.requests(read))
+    def requests(self, read: Requests, budget: FrameBudget | None = None) -> pa.Table:
+        return self._watch(read, lambda: self._source.requests(read, budget))
 
-    def scores(self, read: Scores) -> pa.Table:
-        return self._watch(read, lambda: self._source.scores(read))
+    def scores(self, read: Scores, budget: FrameBudget | None = None) -> pa.Table:
+        return self._watch(read, lambda: self._source.scores(read, budget))
 
     def request_summary(self, read: RequestSummary) -> pa.Table:
         return self._watch(read, lambda: self._source.request_summary(read))

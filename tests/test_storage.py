@@ -106,7 +106,7 @@ def test_attributes_are_stored_zstd_compressed_and_survive_the_rebuild_both_ways
         return {r[0] for r in rows.fetchall()} - {"Constant"}
 
     before = stored()
-    migrate.upgrade(con)
+    migrate.upgrade(con, "0015")  # 0016 stores attributes split (tests/test_stored_attributes.py)
     assert compression() == {"ZSTD"}
     assert stored() == before
     migrate.downgrade(con, "0013")

@@ -20,10 +20,12 @@ import pyarrow as pa
 import pytest
 from clickhouse_stores import OPENERS
 from polars.testing import assert_frame_equal
+from prometheus_client import CollectorRegistry
 from waiting import HANG_GUARD
 
 from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from detectors.alerts import fingerprint
+from detectors.detection import DetectionPass, DetectorMetrics
 from detectors.registry import get
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import (
@@ -31,6 +33,8 @@ from storage.ports import (
     Alert,
     EvaluationRecord,
     FiringAlerts,
+    FrameBudget,
+    FrameTooLarge,
     Measure,
     Requests,
     RequestSummary,
@@ -39,6 +43,8 @@ from storage.ports import (
     Storage,
     Window,
 )
+from tailwatch.compose import detection_pass
+from tailwatch.settings import load_settings
 
 BACKENDS: dict[str, Callable[[Path], Storage]] = {
     "duckdb": lambda directory: DuckDBStorage.open(directory / "ports.duckdb"),
@@ -53,12 +59,13 @@ MODELS = ("llama", "qwen")
 TENANTS = ("acme", "globex", "initech")
 
 
-def stored_requests() -> list[dict[str, Any]]:
-    """Fifteen minutes of single-span server requests, one every 2 s, with seeded figures."""
+def stored_requests(n: int = 450) -> list[dict[str, Any]]:
+    """Fifteen minutes of single-span server requests, evenly spread (one every 2 s by default), with seeded
+    figures."""
     rng = random.Random(11)
     rows = []
-    for i in range(450):
-        end = T0 + timedelta(seconds=2 * i + 1)
+    for i in range(n):
+        end = T0 + timedelta(seconds=900 * i / n + 1)
         e2e = rng.uniform(200, 4000)
         rows.append(
             {
@@ -96,15 +103,19 @@ REQUESTS = stored_requests()
 SCORES = stored_scores(REQUESTS)
 
 
-@pytest.fixture(params=sorted(BACKENDS), scope="module")
-def storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Storage]:
-    store = BACKENDS[request.param](tmp_path_factory.mktemp(request.param))
+def fill(store: Storage) -> None:
     spans = pa.Table.from_pylist(REQUESTS, schema=SPAN_BATCH_SCHEMA)
     scores = pa.Table.from_pylist(SCORES, schema=SCORE_BATCH_SCHEMA)
     future = store.sink.try_submit(spans, scores)
     assert future is not None
     result = future.result(timeout=HANG_GUARD)
     assert (result.inserted, result.duplicates) == (len(REQUESTS), 0)
+
+
+@pytest.fixture(params=sorted(BACKENDS), scope="module")
+def storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Storage]:
+    store = BACKENDS[request.param](tmp_path_factory.mktemp(request.param))
+    fill(store)
     yield store
     store.close()
 
@@ -137,6 +148,23 @@ def test_a_requests_read_returns_the_requests_that_ended_in_the_window_with_the_
 
     required = frame(Requests(WINDOW, columns, require=("tpot_ms",)).fetch(storage.windows))
     assert required.height == expected["tpot_ms"].is_not_null().sum() < expected.height
+
+
+def in_order(table: pa.Table) -> pl.DataFrame:
+    """A read's rows in one order: a read promises none."""
+    read = frame(table)
+    return read.sort(read.columns, nulls_last=True)
+
+
+def test_a_budgeted_read_charges_what_it_returns_and_stops_when_the_window_holds_more(storage: Storage) -> None:
+    reads = (Requests(WINDOW, ("model", "e2e_ms"), ids=True), Requests(WINDOW, ("model",), categorical=True))
+    for read in (*reads, Scores(WINDOW)):
+        whole = read.fetch(storage.windows)
+        budget = FrameBudget(whole.nbytes)
+        assert in_order(read.fetch(storage.windows, budget)).equals(in_order(whole))
+        assert budget.used == whole.nbytes  # what the pass counts is what it holds
+        with pytest.raises(FrameTooLarge, match=r"storage\.detection_memory_mb"):
+            read.fetch(storage.windows, FrameBudget(whole.nbytes - 1))
 
 
 def test_every_read_gives_a_request_the_same_key(storage: Storage) -> None:
@@ -451,3 +479,58 @@ def test_cluster_queries_filter_by_detector_newest_window_first_then_by_rank(emp
     assert "evaluated_at" not in listed.column_names
     assert empty.alert_queries.clusters(detector="replica_skew").column("cluster_id").to_pylist() == ["w2"]
     assert empty.alert_queries.clusters(limit=1).column("cluster_id").to_pylist() == ["w1"]
+
+
+def test_a_bounded_pass_skips_a_detector_whose_frames_with_those_it_still_holds_pass_the_bound(empty: Storage) -> None:
+    """tenant_fairness reads the scores cache_curve read before it, held for it: the bound counts them once,
+    with its own requests, and the pass goes on past the skipped detector (slo_burn reads no frame)."""
+    fill(empty)
+    at = T0 + timedelta(minutes=10, seconds=30)
+    keys = ("cache_curve", "tenant_fairness", "slo_burn")
+    configs = {key: get(key).config() for key in keys}
+
+    def nbytes(key: str) -> dict[str, int]:
+        reads = get(key).inputs(configs[key], configs[key].window(at))
+        return {name: read.fetch(empty.windows).nbytes for name, read in reads.items() if name != "baseline"}
+
+    cache_curve, tenant_fairness = nbytes("cache_curve"), nbytes("tenant_fairness")
+    assert cache_curve["scores"] == tenant_fairness["scores"] > 0
+    bound = sum(tenant_fairness.values()) - 1
+    assert sum(cache_curve.values()) <= bound
+
+    registry = CollectorRegistry()
+    detection = DetectionPass(
+        empty.windows, empty.detector_store, configs, metrics=DetectorMetrics(registry), max_frame_bytes=bound
+    )
+    results = {r.detector: r for r in detection.run(at, keys)}
+    assert {k: r.outcome for k, r in results.items()} == {
+        "cache_curve": "ok", "tenant_fairness": "too_large", "slo_burn": "ok",
+    }  # fmt: skip
+    assert results["tenant_fairness"].error == (
+        f"tenant_fairness was not evaluated for {configs['tenant_fairness'].window(at).label()}: its frames passed "
+        f"{bound / 2**20:.0f} MiB (storage.detection_memory_mb); shorten its window or raise the limit"
+    )
+    labels = {"detector": "tenant_fairness", "outcome": "too_large"}
+    assert registry.get_sample_value("tailwatch_detector_runs_total", labels) == 1
+    assert count(empty, "SELECT count(*) FROM detector_runs WHERE outcome = 'too_large'") == 1
+
+    # One byte more and it fits: what counted was each frame once.
+    roomy = DetectionPass(empty.windows, empty.detector_store, configs, max_frame_bytes=bound + 1)
+    assert [r.outcome for r in roomy.run(at, keys)] == ["ok"] * 3
+
+
+def test_the_service_bounds_its_pass_by_storage_detection_memory_mb(tmp_path: Path) -> None:
+    """token_latency's frame of a window of 20,000 requests takes ~1.8 MiB: with the bound at 1 MiB the
+    service's pass skips it (and goes on); at the default it evaluates it."""
+    storage = BACKENDS["duckdb"](tmp_path)
+    try:
+        spans = pa.Table.from_pylist(stored_requests(60_000), schema=SPAN_BATCH_SCHEMA)
+        future = storage.sink.try_submit(spans)
+        assert future is not None and future.result(timeout=HANG_GUARD).inserted == 60_000
+        at, keys = T0 + timedelta(minutes=10, seconds=30), ["token_latency", "slo_burn"]
+        tight = load_settings(None, {"db": str(tmp_path / "x.duckdb"), "storage": {"detection_memory_mb": 1}}, {})
+        assert [r.outcome for r in detection_pass(tight, storage).run(at, keys)] == ["too_large", "ok"]
+        default = load_settings(None, {"db": str(tmp_path / "x.duckdb")}, {})
+        assert [r.outcome for r in detection_pass(default, storage).run(at, keys)] == ["ok"] * 2
+    finally:
+        storage.close()

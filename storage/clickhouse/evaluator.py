@@ -31,6 +31,7 @@ from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.engine_facts import FACTS
 from storage.duckdb.reads import DuckDBWindowSource
+from storage.duckdb.stored_attributes import STORED_ONLY
 from storage.ports import Window
 
 PAIRING_REACH = timedelta(hours=1)
@@ -83,12 +84,13 @@ class Evaluator:
             self._con.close()
 
     def span_columns_with_json(self) -> list[Column]:
-        """Every column of `spans`, the JSON ones too (what the ingest table takes)."""
+        """Every column of `spans`, the JSON ones too (what the ingest table takes), but how DuckDB stores
+        `attributes`: ClickHouse is sent the attributes whole."""
         rows = self._con.execute(
             "SELECT column_name, data_type, is_nullable FROM duckdb_columns() WHERE table_name = 'spans' "
             "ORDER BY column_index"
         ).fetchall()
-        return [Column(name, clickhouse_type(typ, nullable)) for name, typ, nullable in rows]
+        return [Column(name, clickhouse_type(typ, nullable)) for name, typ, nullable in rows if name not in STORED_ONLY]
 
     def _select(self, table: str) -> str:
         return ", ".join(f"`{c.name}`" for c in self.tables[table])

@@ -17,7 +17,7 @@ from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine, span_co
 from storage.clickhouse.request_model import interpolate, summary_sql
 from storage.clickhouse.schema import LAYOUTS, Column
 from storage.duckdb.console_reads import ENGINE_MARGIN
-from storage.ports import DetectorHealth, Requests, RequestSummary, Scores, SloCounts, Window
+from storage.ports import DetectorHealth, FrameBudget, Requests, RequestSummary, Scores, SloCounts, Window
 
 
 def _names(columns: Sequence[Column], skip: tuple[str, ...] = ()) -> str:
@@ -52,15 +52,15 @@ class ClickHouseWindowSource:
             )
         )
 
-    def requests(self, read: Requests) -> pa.Table:
+    def requests(self, read: Requests, budget: FrameBudget | None = None) -> pa.Table:
         traffic = ["deployment", "start_time", "replica_count"] if read.traffic_pattern else []
         needs = self._needs(read.window, [*read.columns, *read.require, *traffic], labels=read.traffic_pattern)
         with self._evaluator.loaded(self._client, needs) as source:
-            return source.requests(read)
+            return source.requests(read, budget)
 
-    def scores(self, read: Scores) -> pa.Table:
+    def scores(self, read: Scores, budget: FrameBudget | None = None) -> pa.Table:
         with self._evaluator.loaded(self._client, self._needs(read.window, [], scores=True)) as source:
-            return source.scores(read)
+            return source.scores(read, budget)
 
     def request_summary(self, read: RequestSummary) -> pa.Table:
         used = [c for s in read.grouping_sets for c in s] + [*read.require] + [m.column for m in read.measures]

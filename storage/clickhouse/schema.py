@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
+from storage.duckdb.stored_attributes import STORED_ONLY
 
 SCHEMA_VERSION = 1
 
@@ -61,7 +62,7 @@ LAYOUTS: dict[str, Layout] = {
         replacing=True,
         partition_by="toDate(end_time)",
         ttl_column="end_time",
-        skip=SPAN_JSON_COLUMNS,
+        skip=SPAN_JSON_COLUMNS + STORED_ONLY,
     ),
     "span_scores": Layout(
         "(trace_id, span_id, name, source, observed_at)", replacing=True, partition_by="toDate(observed_at)"

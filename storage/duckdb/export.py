@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 DATASET_SQL = {
-    "spans": "SELECT *, end_time::DATE AS date FROM spans WHERE end_time >= $since AND end_time < $until",
+    # `attributes` whole, not how it is stored (storage/duckdb/stored_attributes.py).
+    "spans": "SELECT * EXCLUDE (attributes_rest, attributes_moved), end_time::DATE AS date FROM spans "
+    "WHERE end_time >= $since AND end_time < $until",
     "requests": "SELECT *, end_time::DATE AS date FROM llm_requests_between($since, $until)",
     "scores": """
         SELECT s.*, r.end_time::DATE AS date, r.tenant_id

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from collector.model import ENGINE_FLEET, ENGINE_REPLICA
 from storage.grouping_sets import grouping_sql
-from storage.ports import Aggregate, Measure, Requests, RequestSummary, Scores, SloCounts, Window
+from storage.ports import Aggregate, FrameBudget, Measure, Requests, RequestSummary, Scores, SloCounts, Window
 
 # DuckDB computes the key each frame carries: one 64-bit integer per request instead of two strings.
 _KEY = "hash(trace_id, span_id) AS request_key"
@@ -94,10 +94,31 @@ class DuckDBWindowSource:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
 
-    def arrow(self, sql: str, params: Sequence[Any] = ()) -> pa.Table:
+    def arrow(self, sql: str, params: Sequence[Any] = (), budget: FrameBudget | None = None) -> pa.Table:
+        if budget is not None:
+            return self._batched(sql, params, budget)
         cur = self._con.cursor()
         try:
             return cur.sql(sql, params=list(params)).to_arrow_table()
+        finally:
+            cur.close()
+
+    def _batched(
+        self, sql: str, params: Sequence[Any], budget: FrameBudget | None, keep: tuple[str, ...] | None = None
+    ) -> pa.Table:
+        """The result batch by batch as DuckDB produces it, each charged to the budget, and with `keep`
+        its text columns other than those dictionary-encoded: the text of a whole window never exists."""
+        cur = self._con.cursor()
+        try:
+            reader = cur.sql(sql, params=list(params)).to_arrow_reader(_BATCH_ROWS)
+            schema = reader.schema if keep is None else _dictionary_schema(reader.schema, keep)
+            batches = []
+            for batch in reader:
+                encoded = batch if keep is None else _dictionary(batch, keep)
+                if budget is not None:
+                    budget.charge(encoded.nbytes)
+                batches.append(encoded)
+            return pa.Table.from_batches(batches, schema=schema)
         finally:
             cur.close()
 
@@ -125,7 +146,7 @@ class DuckDBWindowSource:
             [start, live_from, live_from, end],
         )
 
-    def requests(self, read: Requests) -> pa.Table:
+    def requests(self, read: Requests, budget: FrameBudget | None = None) -> pa.Table:
         columns = ["hash(r.trace_id, r.span_id) AS request_key"]
         columns += ["r.trace_id", "r.span_id"] if read.ids else []
         columns += [f"r.{column_name(c)}" for c in read.columns]
@@ -146,25 +167,16 @@ class DuckDBWindowSource:
             params += [read.window.start, read.window.end]
         sql = f"SELECT {', '.join(columns)} FROM {source}" + _not_null(f"r.{column_name(c)}" for c in read.require)
         if not read.categorical:
-            return self.arrow(sql, params)
-        return self._encoded(sql, params, keep=("trace_id", "span_id"))
+            return self.arrow(sql, params, budget)
+        return self._batched(sql, params, budget, keep=("trace_id", "span_id"))
 
-    def _encoded(self, sql: str, params: Sequence[Any], keep: tuple[str, ...]) -> pa.Table:
-        # Encoded batch by batch as DuckDB produces them, so the text of the whole window never exists.
-        cur = self._con.cursor()
-        try:
-            reader = cur.sql(sql, params=list(params)).to_arrow_reader(_BATCH_ROWS)
-            schema = _dictionary_schema(reader.schema, keep)
-            return pa.Table.from_batches([_dictionary(batch, keep) for batch in reader], schema=schema)
-        finally:
-            cur.close()
-
-    def scores(self, read: Scores) -> pa.Table:
+    def scores(self, read: Scores, budget: FrameBudget | None = None) -> pa.Table:
         ids = f"{_IDS}, " if read.ids else ""
         return self.arrow(
             f"SELECT {ids}{_KEY}, name, score FROM llm_request_scores_between(?::TIMESTAMP, ?::TIMESTAMP) "
             "WHERE score IS NOT NULL",
             (read.window.start, read.window.end),
+            budget,
         )
 
     def request_summary(self, read: RequestSummary) -> pa.Table:

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage.dedup import RecentSpans, first_occurrences, span_keys
 from storage.duckdb.space import DiskSpace
+from storage.duckdb.stored_attributes import insert_spans_sql
 from storage.group_queue import GroupQueue
 from storage.ports import WriteResult
 
@@ -111,8 +112,10 @@ class Writer:
         metrics: WriterMetrics | None = None,
         clock: Callable[[], float] = time.time,
         reserve_bytes: int = 0,
+        split_attributes: bool = False,
     ) -> None:
         self._con = con
+        self._split_attributes = split_attributes
         self._metrics = metrics
         self._clock = clock
         self._recent = RecentSpans(dedup_window_seconds, dedup_max_spans)
@@ -243,7 +246,9 @@ class Writer:
         con.execute("BEGIN")
         try:
             if spans is not None and spans.num_rows:
-                _insert_as(con, "spans", _BATCH_VIEW, spans, ingested_at)
+                con.register(_BATCH_VIEW, spans)
+                insert = insert_spans_sql(_BATCH_VIEW, tuple(spans.column_names), split=self._split_attributes)
+                con.execute(insert, [ingested_at])
             if scores is not None and scores.num_rows:
                 stored_scores = _insert_scores(con, scores, ingested_at)
             if points is not None:

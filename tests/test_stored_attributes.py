@@ -1,0 +1,267 @@
+"""`spans.attributes` stored without what canonical columns hold (storage.attributes: split): every attribute
+reads back as it was sent, whatever its type, whichever key won its column, through the real decoder, writer
+and migrations; stored whole (the default) nothing is moved."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from builders import request, span
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from waiting import HANG_GUARD
+
+from collector.decode import Encoding, decode_traces
+from collector.normalize import NormalizeConfig, build_plan
+from storage.duckdb import migrate
+from storage.duckdb.backend import DuckDBStorage
+from storage.duckdb.database import open_database
+from storage.duckdb.stored_attributes import MOVES, rebuild_sql
+from tailwatch.compose import open_storage
+from tailwatch.settings import load_settings
+
+# MOVES as first given: a stored bit names its entry forever, so these may never change (append only).
+FIRST_53 = (
+    "gen_ai.operation.name",
+    "openinference.span.kind",
+    "gen_ai.span.kind",
+    "fi.span.kind",
+    "traceloop.span.kind",
+    "llm.request.type",
+    "gen_ai.provider.name",
+    "gen_ai.system",
+    "llm.provider",
+    "llm.system",
+    "gen_ai.response.model",
+    "llm.response.model_name",
+    "llm.model_name",
+    "langfuse.observation.model.name",
+    "gen_ai.request.model",
+    "llm.request.model_name",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.prompt_tokens",
+    "llm.token_count.prompt",
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens",
+    "llm.token_count.completion",
+    "gen_ai.usage.cache_read.input_tokens",
+    "llm.token_count.prompt_details.cache_read",
+    "gen_ai.usage.cached_tokens",
+    "gen_ai.usage.input_tokens.cache_read",
+    "gen_ai.usage.cache_read_input_tokens",
+    "gen_ai.usage.cache_read_tokens",
+    "llm.token_count.prompt_details.cache_input",
+    "gen_ai.latency.time_to_first_token",
+    "gen_ai.response.time_to_first_chunk",
+    "gen_ai.server.time_to_first_token",
+    "gen_ai.server.time_per_output_token",
+    "gen_ai.latency.time_in_queue",
+    "gen_ai.server.queue_time",
+    "gen_ai.latency.time_in_model_prefill",
+    "gen_ai.latency.time_in_model_decode",
+    "gen_ai.latency.e2e",
+    "llm.finish_reason",
+    "gen_ai.response.finish_reason",
+    "llm.response.finish_reason",
+    "cluster.queue_depth",
+    "vllm.num_requests_waiting",
+    "cluster.replica_count",
+    "llm.vllm.batch_size",
+    "llm.vllm.prefill_in_batch",
+    "llm.vllm.quantization",
+    "quantization",
+    "llm.vllm.cache_hit_ratio",
+    "tenant.id",
+    "tenant_id",
+    "replica_id",
+    "deployment",
+)
+
+
+def typed(value: Any) -> Any:
+    """A parsed JSON value with its kinds kept apart: 2 and 2.0 (and True and 1) differ."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
+def stored_attributes(storage: DuckDBStorage) -> dict[str, Any]:
+    rows = storage.reader.rows("SELECT span_id, attributes FROM spans")
+    return {span_id: typed(json.loads(text)) for span_id, text in rows}
+
+
+def store(storage: DuckDBStorage, payload: bytes) -> pa.Table:
+    decoded = decode_traces(payload, Encoding.PROTOBUF)
+    assert decoded.spans is not None
+    future = storage.sink.try_submit(decoded.spans)
+    assert future is not None and future.result(timeout=HANG_GUARD).inserted == decoded.spans.num_rows
+    return decoded.spans
+
+
+def sent(batch: pa.Table) -> dict[str, Any]:
+    pairs = zip(batch["span_id"].to_pylist(), batch["attributes"].to_pylist(), strict=True)
+    return {span_id: typed(json.loads(text)) for span_id, text in pairs}
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Any:
+    opened = DuckDBStorage.open(tmp_path / "attributes.duckdb", split_attributes=True)
+    yield opened
+    opened.close()
+
+
+VLLM = {
+    "gen_ai.request.id": "chatcmpl-1f2e",
+    "gen_ai.request.model": "meta-llama/Llama-3.1-8B-Instruct",
+    "gen_ai.usage.prompt_tokens": 812,
+    "gen_ai.usage.completion_tokens": 97,
+    "gen_ai.latency.time_to_first_token": 0.0731,
+    "gen_ai.latency.e2e": 1.9031,
+    "gen_ai.latency.time_in_queue": 0.005,
+    "gen_ai.request.temperature": 0.7,
+    "cluster.queue_depth": 12,
+    "llm.vllm.batch_size": 31,
+}
+
+
+def test_a_vllm_spans_duplicated_attributes_are_stored_once_and_read_back_as_sent(storage: DuckDBStorage) -> None:
+    batch = store(storage, request([span(attributes=VLLM)]).SerializeToString())
+    assert stored_attributes(storage) == sent(batch)
+    [(rest, moved)] = storage.reader.rows("SELECT attributes_rest::VARCHAR, attributes_moved FROM spans")
+    assert json.loads(rest) == {"gen_ai.request.id": "chatcmpl-1f2e", "gen_ai.request.temperature": 0.7}
+    assert moved == sum(1 << i for i, m in enumerate(MOVES) if m.key in VLLM)
+    # What analysts write keeps its answers: a moved value, a kept one, a typed read.
+    [row] = storage.reader.rows(
+        "SELECT attributes->>'gen_ai.latency.e2e', attributes->>'gen_ai.request.id', "
+        "(attributes->>'gen_ai.usage.prompt_tokens')::BIGINT, json_keys(attributes) FROM spans"
+    )
+    assert row[:3] == ("1.9031", "chatcmpl-1f2e", 812) and sorted(row[3]) == sorted(VLLM)
+
+
+def test_stored_whole_by_default_the_attributes_are_the_text_sent_and_nothing_is_moved(tmp_path: Path) -> None:
+    settings = load_settings(None, {"db": str(tmp_path / "whole.duckdb")}, {})
+    whole = open_storage(settings)
+    try:
+        assert isinstance(whole, DuckDBStorage)
+        batch = store(whole, request([span(attributes=VLLM)]).SerializeToString())
+        [(attributes, rest, moved)] = whole.reader.rows(
+            "SELECT attributes::VARCHAR, attributes_rest::VARCHAR, attributes_moved FROM spans"
+        )
+        assert attributes == rest == batch["attributes"][0].as_py() and moved == 0
+    finally:
+        whole.close()
+    settings = load_settings(None, {"db": str(tmp_path / "split.duckdb"), "storage": {"attributes": "split"}}, {})
+    split = open_storage(settings)
+    try:
+        assert isinstance(split, DuckDBStorage)
+        store(split, request([span(attributes=VLLM)]).SerializeToString())
+        assert split.reader.rows("SELECT attributes_moved <> 0 FROM spans") == [(True,)]
+    finally:
+        split.close()
+
+
+def test_a_value_its_column_does_not_reproduce_stays_as_sent(storage: DuckDBStorage) -> None:
+    """A latency sent as an integer (the column holds 2000.0), the key that lost to a higher-priority one,
+    text the column trimmed or lower-cased, and a count sent as text: each is kept in the rest."""
+    attributes = {
+        "gen_ai.latency.e2e": 2,
+        "gen_ai.usage.input_tokens": 40,
+        "gen_ai.usage.prompt_tokens": 41,
+        "gen_ai.request.model": "llama ",
+        "gen_ai.system": "OpenAI",
+        "cluster.queue_depth": "7",
+    }
+    batch = store(storage, request([span(attributes=attributes)]).SerializeToString())
+    assert stored_attributes(storage) == sent(batch)
+    [(rest, moved)] = storage.reader.rows("SELECT attributes_rest::VARCHAR, attributes_moved FROM spans")
+    assert set(json.loads(rest)) == set(attributes) - {"gen_ai.usage.input_tokens"}
+    assert moved == 1 << [m.key for m in MOVES].index("gen_ai.usage.input_tokens")
+
+
+_EDGE_FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1e-7, 5e-324, 1e15, 1e16, 4.4905636302700855e19, 0.1, 1.5, 2.0]),
+)
+_VALUES = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    _EDGE_FLOATS,
+    st.booleans(),
+    st.text(max_size=12),
+    st.sampled_from(["stop", "chat", "fp8", " Chat", "llama", '["stop"]']),
+    st.lists(st.integers(min_value=0, max_value=9), max_size=3),
+)
+_KEYS = st.sampled_from([m.key for m in MOVES] + ["gen_ai.request.id", "custom.flag", "gen_ai.request.top_p"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.dictionaries(_KEYS, _VALUES, max_size=12), min_size=1, max_size=6))
+def test_every_attribute_of_any_span_reads_back_with_its_kind_and_value(
+    storage: DuckDBStorage, spans: list[dict[str, Any]]
+) -> None:
+    storage.writer.submit(lambda con: con.execute("DELETE FROM spans")).result(timeout=HANG_GUARD)
+    batch = store(storage, request([span(attributes=a) for a in spans]).SerializeToString())
+    got, want = stored_attributes(storage), sent(batch)
+    assert got == want, {k: (got[k], want[k]) for k in want if got.get(k) != want[k]}
+
+
+def test_the_migration_keeps_stored_attributes_whole_both_ways(tmp_path: Path) -> None:
+    con = open_database(tmp_path / "m.duckdb")
+    migrate.upgrade(con, "0015")
+    batch = decode_traces(request([span(attributes=VLLM), span(attributes={"x": 1})]).SerializeToString(),
+                          Encoding.PROTOBUF).spans  # fmt: skip
+    assert batch is not None
+    columns = ", ".join(batch.column_names)
+    con.register("batch", batch)
+    con.execute(f"INSERT INTO spans ({columns}, ingested_at) SELECT {columns}, now() FROM batch")
+
+    def attributes() -> dict[str, Any]:
+        rows = con.execute("SELECT span_id, attributes::VARCHAR FROM spans").fetchall()
+        return {s: typed(json.loads(a)) for s, a in rows}
+
+    assert attributes() == sent(batch)
+    migrate.upgrade(con)
+    assert attributes() == sent(batch)
+    assert con.execute("SELECT DISTINCT attributes_moved FROM spans").fetchall() == [(0,)]
+    migrate.downgrade(con, "0015")
+    assert attributes() == sent(batch)
+    con.close()
+
+
+def test_the_stored_rebuild_is_the_one_the_writer_strips_for(tmp_path: Path) -> None:
+    """An entry added to MOVES without a migration redefining `spans.attributes` would be stripped by the
+    writer and never written back: the migrated definition must be the current rebuild."""
+    con = open_database(tmp_path / "m.duckdb")
+    migrate.upgrade(con)
+    physical = con.execute(
+        "SELECT string_agg(format('\"{}\" {}', column_name, data_type), ', ' ORDER BY column_index) "
+        "FROM duckdb_columns() WHERE table_name = 'spans' AND column_name <> 'attributes'"
+    ).fetchall()[0][0]
+    con.execute(f"CREATE TABLE probe ({physical}, attributes JSON GENERATED ALWAYS AS ({rebuild_sql()}) VIRTUAL)")
+    definitions = dict(
+        con.execute(
+            "SELECT table_name, column_default FROM duckdb_columns() WHERE column_name = 'attributes' "
+            "AND table_name IN ('spans', 'probe')"
+        ).fetchall()
+    )
+    con.close()
+    assert definitions["spans"] == definitions["probe"]
+
+
+def test_moves_are_only_appended() -> None:
+    assert tuple(m.key for m in MOVES[: len(FIRST_53)]) == FIRST_53
+    assert len({m.key for m in MOVES}) == len(MOVES)
+
+
+def test_each_moved_key_is_a_source_normalization_fills_its_column_from() -> None:
+    plan = build_plan(NormalizeConfig())
+    for move in MOVES:
+        sources = {s.key for s in plan.sources[move.column] if s.scope == "span"}
+        assert move.key in sources, f"{move.key} does not fill {move.column}"
+    assert all(math.log10(m.per) in (0, 3) for m in MOVES)
