@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from receivers import NATIVE_INSTALL, require_or_skip
+from receivers import NATIVE_INSTALL, in_ci, require_or_skip
 
 import collector.decode
 from collector import native_walk
@@ -59,6 +60,18 @@ class RunningService:
     def metric(self, name: str, **labels: str) -> float:
         value = self.service.registry.get_sample_value(name, labels or None)
         return 0.0 if value is None else value
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow real-component tests run in CI, with `scripts/test --all`, or when their file is named; the
+    everyday `scripts/test` leaves them out to stay within its ten minutes."""
+    named = config.args_source == pytest.Config.ArgsSource.ARGS
+    if named or in_ci() or os.environ.get("TAILWATCH_TESTS") == "all":
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 def service_settings(db: Path, **overrides: Any) -> Settings:

@@ -25,6 +25,9 @@ from otelcol import running_collector
 from serverproc import free_port
 from waiting import wait_until
 
+# Slow: builds (first run) and runs a real Collector; CI and `scripts/test --all` run it.
+pytestmark = pytest.mark.slow
+
 POD = "vllm-llama8b-0"
 DEPLOYMENT = "vllm-llama8b"
 STARTED = time.time()

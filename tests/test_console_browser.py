@@ -26,6 +26,9 @@ from receivers import require_or_skip
 
 from detectors.registry import REGISTRY
 
+# Slow: a real headless Chromium per page; CI and `scripts/test --all` run it.
+pytestmark = pytest.mark.slow
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "build" / "screenshots"
@@ -41,7 +44,7 @@ NO_SCHEDULE["detectors"]["slo_burn"]["slos"] = [
 def chromium() -> str:
     path = os.environ.get("TAILWATCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        require_or_skip("no Chromium: apt-get install chromium (Debian/Ubuntu; .ci/run does this in CI)")
+        require_or_skip("Chromium is not on PATH", "apt-get install chromium (Debian/Ubuntu; .ci/run does this in CI)")
     assert path is not None
     return path
 
