@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from waiting import WriterHold, join
 
-from collector.model import SPAN_BATCH_SCHEMA
+from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from storage.dedup import RecentSpans, span_keys
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
@@ -395,3 +395,27 @@ def test_ingested_at_is_utc_when_the_machines_time_zone_is_not(tmp_path: Path) -
         assert con.execute("SELECT ingested_at FROM spans").fetchall() == [(datetime(2026, 11, 18, 11, 6, 40),)]
     finally:
         con.close()
+
+
+def scores(*ids: str) -> pa.Table:
+    observed = datetime(2026, 11, 18, 12, 0, 2)
+    rows = [
+        {"trace_id": f"trace-{i}", "span_id": f"span-{i}", "name": "groundedness", "score": 0.5, "source": "event",
+         "observed_at": observed}
+        for i in ids
+    ]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=SCORE_BATCH_SCHEMA)
+
+
+def test_the_scores_counter_counts_each_score_stored_once_and_nothing_for_a_commit_without_scores(
+    tmp_path: Path,
+) -> None:
+    registry = CollectorRegistry()
+    with writer_on(tmp_path / "scores.duckdb", Clock(1_000.0), registry=registry) as writer:
+        write(writer, spans("a"))  # counted before the answer: nothing to wait for
+        assert registry.get_sample_value("tailwatch_scores_stored_total") == 0
+        for _ in range(2):  # the retry's scores are already stored
+            future = writer.try_submit(spans("b", "c"), scores("b", "c"))
+            assert future is not None
+            future.result(timeout=TIMEOUT)
+        assert registry.get_sample_value("tailwatch_scores_stored_total") == 2
