@@ -84,8 +84,9 @@ def rss_kib(pid: int) -> int:
         try:
             with open(f"/proc/{p}/status") as f:
                 total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                pids.extend(int(c) for c in f.read().split())
+            # Every thread's children: the decoder processes are started from a worker thread, not the main one.
+            for task in Path(f"/proc/{p}/task").iterdir():
+                pids.extend(int(c) for c in (task / "children").read_text().split())
         except (FileNotFoundError, StopIteration, ProcessLookupError):
             continue
     return total

@@ -14,14 +14,14 @@ import threading
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-from collector.decode import DEFAULT_DECODER, Decoded, Decoder, Encoding, Signal, decode
+from collector.decode import DEFAULT_DECODER, Decoded, Decoder, Encoding, Signal
+from collector.decode_job import decode_request
 from collector.engine_names import EngineNames
 from collector.errors import ExportError, Overloaded, Unavailable
 from collector.metrics import IngestMetrics
-from collector.normalize import NormalizeConfig, Plan, build_plan
+from collector.normalize import NormalizeConfig
 from storage.ports import SpanSink
 
 log = logging.getLogger(__name__)
@@ -34,19 +34,6 @@ class ExportResult:
     accepted: int
     rejected: int
     message: str  # empty unless something was rejected
-
-
-@cache
-def _plan(config: NormalizeConfig) -> Plan:
-    # Built once per process (decoder workers included): the config is sent, the plan is not.
-    return build_plan(config)
-
-
-def decode_request(
-    signal: Signal, payload: bytes, encoding: Encoding, config: NormalizeConfig, names: EngineNames, *, decoder: Decoder
-) -> Decoded:
-    """The decoder entry point run in the worker processes."""
-    return decode(signal, payload, encoding, _plan(config), names, decoder=decoder)
 
 
 class IngestPipeline:
@@ -81,6 +68,9 @@ class IngestPipeline:
             return ThreadPoolExecutor(max_workers=2, thread_name_prefix="tailwatch-decode")
         # forkserver: forking a process that runs gRPC threads is unsafe, and spawn re-imports slowly.
         ctx = multiprocessing.get_context("forkserver")
+        # The fork server imports the decoder once and its workers share those pages; its default would
+        # import the service's __main__ instead.
+        ctx.set_forkserver_preload(["collector.decode_job"])
         return ProcessPoolExecutor(max_workers=self._workers, mp_context=ctx)
 
     def warm_up(self) -> None:
