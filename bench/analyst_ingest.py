@@ -27,7 +27,7 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).parent))
 from detection import GENERATE, SCORES
-from ingest import run_server, send_all
+from ingest import add_settings_flag, run_server, send_all, server_settings
 from llm_spans import unique_requests
 
 from storage.duckdb import migrate
@@ -61,6 +61,7 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=300_000, help="spans sent in each of the three runs")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=4)
+    add_settings_flag(parser)
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="tw-analyst-bench-"))
@@ -77,7 +78,7 @@ def main() -> None:
     t0 = (int(time.time()) - 3600) * 10**9
     runs = [unique_requests(n, args.batch, seed=seed, t0_ns=t0) for seed in (11, 12, 13)]
 
-    proc, grpc_port, api_port = run_server(db, workdir)
+    proc, grpc_port, api_port = run_server(db, workdir, server_settings(args))
     results: dict[str, object] = {}
     try:
         idle = [query(api_port, HEAVY) for _ in range(3)]

@@ -119,6 +119,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def add_settings_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a server setting, e.g. ingest.decoder=python"
+    )
+
+
+def server_settings(args: argparse.Namespace) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in args.set)
+
+
 def run_server(db: Path, workdir: Path, settings: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, int]:
     grpc_port, http_port, api_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAILWATCH_")}
@@ -185,11 +195,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="spans per export request")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     parser.add_argument("--overload-concurrency", type=int, default=128, help="second pass, far past capacity")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a server setting, e.g. ingest.decoder=python"
-    )
+    add_settings_flag(parser)
     args = parser.parse_args()
-    settings = dict(item.split("=", 1) for item in args.set)
+    settings = server_settings(args)
 
     n_requests = args.spans // args.batch
     t0 = (int(time.time()) - 3600) * 10**9

@@ -28,7 +28,7 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ingest import RssSampler, run_server, send_all
+from ingest import RssSampler, add_settings_flag, run_server, send_all, server_settings
 
 from collector.decode import Encoding, decode_metrics
 
@@ -96,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--points", type=int, default=1_000_000, help="data points to send")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    add_settings_flag(parser)
     args = parser.parse_args()
     per_request = REPLICAS * MODELS * ENGINES * (len(GAUGES) + 2)
     n_requests = args.points // per_request
@@ -110,7 +111,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="tw-metrics-bench-"))
     try:
         db = workdir / "metrics.duckdb"
-        proc, grpc_port, _api_port = run_server(db, workdir)
+        proc, grpc_port, _api_port = run_server(db, workdir, server_settings(args))
         sampler = RssSampler(proc.pid)
         stats = send_all(f"127.0.0.1:{grpc_port}", requests, args.concurrency, EXPORT)
         peak_kib = sampler.stop()

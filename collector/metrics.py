@@ -21,6 +21,11 @@ class IngestMetrics:
             ["decoder"],
             registry=registry,
         )
+        self.decoder_processes = Gauge(
+            "tailwatch_decoder_processes",
+            "Decoder processes the service runs; 0 when it decodes in threads of its own process.",
+            registry=registry,
+        )
         self.requests = Counter(
             "tailwatch_export_requests",
             "OTLP export requests by transport, signal (traces, logs, metrics) and outcome (ok, or why refused).",
@@ -116,6 +121,7 @@ class IngestMetrics:
         if exc.items:
             self.refused.labels(signal, exc.refusal.value).inc(exc.items)
 
-    def decoder_in_use(self, decoder: Decoder) -> None:
+    def decoder_in_use(self, decoder: Decoder, processes: int) -> None:
         self.decoder.clear()
         self.decoder.labels(decoder.value).set(1)
+        self.decoder_processes.set(processes)

@@ -1,4 +1,4 @@
-"""From request bytes to a durable write: admission, decoding (inline or in worker processes), hand-off.
+"""From request bytes to a durable write: admission, decoding (in threads or in worker processes), hand-off.
 
 Both receivers call `IngestPipeline.submit` and get a future that resolves when what the request
 carries is committed. Memory is bounded twice: bytes admitted but not yet written
@@ -50,12 +50,12 @@ class IngestPipeline:
     ) -> None:
         self._sink = sink
         self._metrics = metrics
-        self._workers = decode_workers
+        self.processes = max(decode_workers, 0)  # 0: decoding in threads
         self._max_inflight = max_inflight_bytes
         self._normalize = normalize or NormalizeConfig()
         self._names = engine_names or EngineNames()
         self.decoder = decoder
-        metrics.decoder_in_use(decoder)
+        metrics.decoder_in_use(decoder, self.processes)
         self._inflight = 0
         self._lock = threading.Lock()
         self._closing = False
@@ -63,7 +63,7 @@ class IngestPipeline:
         self._executor = self._new_executor()
 
     def _new_executor(self) -> Executor:
-        if self._workers <= 0:
+        if not self.processes:
             # Decoding in a thread keeps the receivers' event loop free; the GIL caps it at one core.
             return ThreadPoolExecutor(max_workers=2, thread_name_prefix="tailwatch-decode")
         # forkserver: forking a process that runs gRPC threads is unsafe, and spawn re-imports slowly.
@@ -71,7 +71,7 @@ class IngestPipeline:
         # The fork server imports the decoder once and its workers share those pages; its default would
         # import the service's __main__ instead.
         ctx.set_forkserver_preload(["collector.decode_job"])
-        return ProcessPoolExecutor(max_workers=self._workers, mp_context=ctx)
+        return ProcessPoolExecutor(max_workers=self.processes, mp_context=ctx)
 
     def warm_up(self) -> None:
         """Start the decoder processes (and build their plans) now rather than on the first request."""
@@ -85,7 +85,7 @@ class IngestPipeline:
                 self._names,
                 decoder=self.decoder,
             )
-            for _ in range(max(1, self._workers))
+            for _ in range(max(1, self.processes))
         ]
         for f in futures:
             f.result()

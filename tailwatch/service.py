@@ -96,7 +96,7 @@ class Service:
         self._pipeline = IngestPipeline(
             storage.sink,
             ingest_metrics,
-            decode_workers=s.ingest.decode_workers,
+            decode_workers=s.ingest.decoder_processes(),
             max_inflight_bytes=s.ingest.max_inflight_bytes,
             normalize=s.normalize,
             engine_names=s.metrics.engine_names(),
@@ -131,7 +131,7 @@ class Service:
             token=s.api.token.get_secret_value() if s.api.token else None,
             sql_slots=s.sql.max_concurrent,
             tls=(tls := _tls(s)) is not None,
-            facts={"decoder": self._pipeline.decoder.value},
+            facts={"decoder": self._pipeline.decoder.value, "decoder_processes": str(self._pipeline.processes)},
         )
         self._api_runner, self.api_port = await self._serve(app, s.api_port, "api", tls=tls)
         self._scheduler = BackgroundScheduler(

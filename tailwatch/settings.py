@@ -33,6 +33,9 @@ ENV_PREFIX = "TAILWATCH_"
 ENV_NESTED = "__"
 # Read by the CLI to find the YAML file, not a setting itself.
 CONFIG_ENV = "TAILWATCH_CONFIG"
+# The Python walk holds the GIL, so it needs processes to use both cores.
+PYTHON_DECODER_PROCESSES = 2
+MAX_DECODER_PROCESSES = 64
 
 
 class SettingsError(ValueError):
@@ -44,11 +47,11 @@ class _Section(BaseModel):
 
 
 class IngestSettings(_Section):
-    decode_workers: int = Field(
-        2,
-        ge=0,
-        le=64,
-        description="Decoder processes. 0 decodes in threads of the service process (one core).",
+    decode_workers: int | Literal["auto"] = Field(
+        "auto",
+        description="Decoder processes. 0 decodes in threads of the service process. auto: threads with the "
+        "native decoder (its walk releases the GIL, and no process hop or second copy of the runtime), 2 "
+        "processes with the python one.",
     )
     decoder: Literal["auto", "native", "python"] = Field(
         "auto",
@@ -103,6 +106,15 @@ class IngestSettings(_Section):
         description="Cap on remembered span identities (about 110 bytes each); shortens the window when hit.",
     )
 
+    @field_validator("decode_workers", mode="before")
+    @classmethod
+    def _processes_or_auto(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if value == "auto" or (type(value) is int and 0 <= value <= MAX_DECODER_PROCESSES):
+            return value
+        raise ValueError(f"give a number of decoder processes from 0 to {MAX_DECODER_PROCESSES} (0: threads), or auto")
+
     @field_validator("decoder")
     @classmethod
     def _decoder_installed(cls, value: str) -> str:
@@ -111,6 +123,12 @@ class IngestSettings(_Section):
 
     def trace_decoder(self) -> Decoder:
         return choose_decoder(self.decoder)
+
+    def decoder_processes(self) -> int:
+        """How many decoder processes to start; 0 decodes in threads."""
+        if self.decode_workers != "auto":
+            return self.decode_workers
+        return 0 if self.trace_decoder() is Decoder.NATIVE else PYTHON_DECODER_PROCESSES
 
 
 class ClickHouseSettings(_Section):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import urllib.request
 from pathlib import Path
 
@@ -20,16 +21,23 @@ def get(url: str) -> tuple[int, str]:
 def test_healthz_and_readyz_answer_when_started(service: RunningService) -> None:
     assert get(f"{service.api_url}/healthz")[0] == 200
     decoder = DEFAULT_DECODER.value
-    assert get(f"{service.api_url}/readyz") == (200, f'{{"status": "ready", "decoder": "{decoder}"}}')
-    assert f'tailwatch_trace_decoder_info{{decoder="{decoder}"}} 1.0' in get(f"{service.api_url}/metrics")[1]
+    status, body = get(f"{service.api_url}/readyz")
+    assert (status, json.loads(body)) == (200, {"status": "ready", "decoder": decoder, "decoder_processes": "0"})
+    metrics = get(f"{service.api_url}/metrics")[1]
+    assert f'tailwatch_trace_decoder_info{{decoder="{decoder}"}} 1.0' in metrics
+    assert "tailwatch_decoder_processes 0.0" in metrics
 
 
-def test_the_python_decoder_serves_when_chosen(db_path: Path) -> None:
-    with RunningService(service_settings(db_path, ingest={"decoder": "python"})) as running:
-        assert '"decoder": "python"' in get(f"{running.api_url}/readyz")[1]
+def test_the_python_decoder_serves_when_chosen_in_two_processes_by_default(db_path: Path) -> None:
+    # The Python walk holds the GIL: by default it gets processes, where the compiled one gets threads.
+    settings = service_settings(db_path, ingest={"decoder": "python", "decode_workers": "auto"})
+    with RunningService(settings) as running:
+        assert '"decoder": "python", "decoder_processes": "2"' in get(f"{running.api_url}/readyz")[1]
         body = request([span(attributes={"gen_ai.usage.input_tokens": 5})]).SerializeToString()
         assert post(f"{running.http_url}/v1/traces", body, "application/x-protobuf")[0] == 200
-        assert 'tailwatch_trace_decoder_info{decoder="python"} 1.0' in get(f"{running.api_url}/metrics")[1]
+        metrics = get(f"{running.api_url}/metrics")[1]
+        assert 'tailwatch_trace_decoder_info{decoder="python"} 1.0' in metrics
+        assert "tailwatch_decoder_processes 2.0" in metrics
 
 
 def test_metrics_count_received_stored_and_rejected_spans(service: RunningService) -> None:

@@ -12,7 +12,7 @@ from waiting import HANG_GUARD
 
 import collector.decode
 from collector import native_walk
-from collector.decode import Decoder
+from collector.decode import DEFAULT_DECODER, Decoder
 from tailwatch.settings import SettingsError, load_settings
 
 
@@ -27,6 +27,21 @@ def test_flags_beat_env_which_beats_the_file(tmp_path: Path) -> None:
     env = {"TAILWATCH_HTTP_PORT": "6000", "TAILWATCH_GRPC_PORT": "6001", "TAILWATCH_INGEST__DECODE_WORKERS": "1"}
     s = load_settings(cfg, {"http_port": 7000}, environ=env)
     assert (s.http_port, s.grpc_port, s.api_port, s.ingest.decode_workers) == (7000, 6001, 5002, 1)
+
+
+def test_decoding_is_in_threads_for_the_compiled_decoder_and_in_two_processes_for_python() -> None:
+    if DEFAULT_DECODER is Decoder.NATIVE:
+        assert load_settings(environ={}).ingest.decoder_processes() == 0
+    python = load_settings(environ={"TAILWATCH_INGEST__DECODER": "python"}).ingest
+    assert (python.decode_workers, python.decoder_processes()) == ("auto", 2)
+    chosen = {"TAILWATCH_INGEST__DECODER": "python", "TAILWATCH_INGEST__DECODE_WORKERS": "0"}
+    assert load_settings(environ=chosen).ingest.decoder_processes() == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "65", "2.5", "threads", "true"])
+def test_decode_workers_other_than_a_count_or_auto_is_refused_with_what_it_takes(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"'ingest\.decode_workers'.* from 0 to 64 \(0: threads\), or auto"):
+        load_settings(environ={"TAILWATCH_INGEST__DECODE_WORKERS": value})
 
 
 def test_tailwatch_db_names_the_database_file() -> None:
