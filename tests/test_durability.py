@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 from serverproc import ServerProcess
 from waiting import HANG_GUARD, wait_until
 
-from collector.decode import Encoding, Signal
+from collector import native_walk
+from collector.decode import DEFAULT_DECODER, Decoder, Encoding, Signal
 from collector.errors import STATUS, Unavailable
 from collector.metrics import IngestMetrics
 from collector.pipeline import ExportResult, IngestPipeline
@@ -200,13 +201,17 @@ def describe(error: BaseException | None) -> str:
 
 
 @contextmanager
-def pipeline_on(db: Path, registry: CollectorRegistry, decode_workers: int) -> Iterator[IngestPipeline]:
+def pipeline_on(
+    db: Path, registry: CollectorRegistry, decode_workers: int, decoder: Decoder = DEFAULT_DECODER
+) -> Iterator[IngestPipeline]:
     """An ingest pipeline storing through a real writer into a migrated database file; all closed on exit."""
     con = open_database(db)
     migrate.upgrade(con)
     writer = Writer(con, max_queued_spans=10_000, dedup_window_seconds=300, dedup_max_spans=100_000)
     writer.start()
-    pipeline = IngestPipeline(writer, IngestMetrics(registry), decode_workers=decode_workers, max_inflight_bytes=2**20)
+    pipeline = IngestPipeline(
+        writer, IngestMetrics(registry), decode_workers=decode_workers, max_inflight_bytes=2**20, decoder=decoder
+    )
     try:
         yield pipeline
     finally:
@@ -283,6 +288,21 @@ def test_a_decoder_process_holds_the_decoder_but_not_storage_polars_or_the_comma
         held = pipeline._executor.submit(eval, "sorted(__import__('sys').modules)").result(HANG_GUARD)  # type: ignore[attr-defined]
     assert "collector.decode_job" in held
     assert not [m for m in held if m.split(".")[0] in ("polars", "storage", "tailwatch", "duckdb")]
+
+
+@pytest.mark.skipif(not native_walk.AVAILABLE, reason="needs both decoders to tell them apart")
+def test_decoder_processes_decode_with_the_decoder_the_pipeline_was_given(tmp_path: Path) -> None:
+    # A resource_spans field sent as a varint: the reference skips it as upb does, the compiled decoder
+    # refuses the request (docs/decoder.md, known differences). Which answer comes back says which ran.
+    payload = request([span() for _ in range(3)]).SerializeToString() + b"\x08\x01"
+    with pipeline_on(tmp_path / "python.duckdb", CollectorRegistry(), 1, Decoder.PYTHON) as pipeline:
+        answer = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+        wait_until(answer.done, "the request to be answered")
+        assert answer.result() == ExportResult(accepted=3, rejected=0, message="")
+    with pipeline_on(tmp_path / "native.duckdb", CollectorRegistry(), 1, Decoder.NATIVE) as pipeline:
+        answer = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+        wait_until(answer.done, "the request to be answered")
+        assert "invalid wire type" in str(answer.exception())
 
 
 @pytest.mark.parametrize("signal_", [Signal.TRACES, Signal.LOGS])
