@@ -3,6 +3,9 @@ pipeline's storage port (Polars): 121 MiB a worker instead of 218 (docs/benchmar
 
 from __future__ import annotations
 
+import os
+import select
+import threading
 from functools import cache
 
 from collector.decode import Decoded, Decoder, Encoding, Signal, decode
@@ -21,3 +24,22 @@ def decode_request(
 ) -> Decoded:
     """The decoder entry point run in the worker processes."""
     return decode(signal, payload, encoding, _plan(config), names, decoder=decoder)
+
+
+def exit_with(service_pid: int) -> None:
+    """Worker initializer: end this process when the service process ends, however it ends.
+
+    A worker holds both ends of its call queue and the fork server's liveness pipe, so after a kill -9 of
+    the service nothing it waits on reaches EOF: without this the worker, and the fork server waiting for
+    it, would live on as orphans holding their memory.
+    """
+    try:
+        handle = os.pidfd_open(service_pid)
+    except ProcessLookupError:  # the service ended before this worker started
+        os._exit(0)
+    threading.Thread(target=_exit_when_readable, args=(handle,), name="tailwatch-service-watch", daemon=True).start()
+
+
+def _exit_when_readable(pidfd: int) -> None:
+    select.select([pidfd], [], [])  # a process's pidfd becomes readable when it exits
+    os._exit(0)

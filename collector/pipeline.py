@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import threading
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.decode import DEFAULT_DECODER, Decoded, Decoder, Encoding, Signal
-from collector.decode_job import decode_request
+from collector.decode_job import decode_request, exit_with
 from collector.engine_names import EngineNames
 from collector.errors import ExportError, Overloaded, Unavailable
 from collector.metrics import IngestMetrics
@@ -71,7 +72,10 @@ class IngestPipeline:
         # The fork server imports the decoder once and its workers share those pages; its default would
         # import the service's __main__ instead.
         ctx.set_forkserver_preload(["collector.decode_job"])
-        return ProcessPoolExecutor(max_workers=self.processes, mp_context=ctx)
+        # Workers end with the service, a kill -9 included (decode_job.exit_with says why they must be told).
+        return ProcessPoolExecutor(
+            max_workers=self.processes, mp_context=ctx, initializer=exit_with, initargs=(os.getpid(),)
+        )
 
     def warm_up(self) -> None:
         """Start the decoder processes (and build their plans) now rather than on the first request."""

@@ -56,6 +56,22 @@ class ServerProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def descendants(self) -> set[int]:
+        """The pids of every process the server started, and theirs (decoder processes, fork server)."""
+        assert self.proc is not None
+        found: set[int] = set()
+        parents = [self.proc.pid]
+        while parents:
+            pid = parents.pop()
+            for children in Path(f"/proc/{pid}/task").glob("*/children"):
+                try:
+                    kids = {int(k) for k in children.read_text().split()}
+                except OSError:  # the thread or the process ended meanwhile
+                    continue
+                parents.extend(kids - found)
+                found |= kids
+        return found
+
     def terminate(self, timeout: float = 60) -> int:
         """SIGTERM, then the exit code; fails the test (and kills the process) if it has not exited in time."""
         self.send_sigterm()

@@ -105,6 +105,26 @@ def test_kill_9_while_sending_loses_no_acknowledged_span_and_retries_do_not_dupl
     assert len(stored) == len(set(stored)) == 400 * 200
 
 
+def test_decoder_processes_and_their_fork_server_end_when_the_service_is_killed_9(tmp_path: Path) -> None:
+    db, log = tmp_path / "orphans.duckdb", tmp_path / "serve.log"
+    with ServerProcess(db, log, TAILWATCH_INGEST__DECODE_WORKERS="2") as server:
+        server.start()
+        # The resource tracker, the fork server and its two decoder processes.
+        wait_until(lambda: len(server.descendants()) >= 4, "the decoder processes to start")
+        started = server.descendants()
+        server.kill()
+    wait_until(lambda: not any(map(running, started)), "no process of the killed service left")
+
+
+def running(pid: int) -> bool:
+    """Not ended: a zombie waiting for its new parent to reap it counts as ended."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def send_and_kill_mid_stream(server: ServerProcess, batches: list[tuple[set[str], bytes]]) -> set[int]:
     """Send every batch, 4 in flight; SIGKILL the server once 60 are acknowledged. Returns the acknowledged."""
     acked: set[int] = set()
