@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import select
 import threading
-from functools import cache
+import time
+from functools import cache, partial
 
 from collector.decode import Decoded, Decoder, Encoding, Signal, decode
 from collector.engine_names import EngineNames
@@ -34,12 +35,23 @@ def exit_with(service_pid: int) -> None:
     it, would live on as orphans holding their memory.
     """
     try:
-        handle = os.pidfd_open(service_pid)
+        watch = partial(_exit_when_readable, os.pidfd_open(service_pid))
     except ProcessLookupError:  # the service ended before this worker started
         os._exit(0)
-    threading.Thread(target=_exit_when_readable, args=(handle,), name="tailwatch-service-watch", daemon=True).start()
+    except (AttributeError, OSError):  # no pidfd (not Linux, or a kernel before 5.3): ask once a second
+        watch = partial(_exit_when_gone, service_pid)
+    threading.Thread(target=watch, name="tailwatch-service-watch", daemon=True).start()
 
 
 def _exit_when_readable(pidfd: int) -> None:
     select.select([pidfd], [], [])  # a process's pidfd becomes readable when it exits
     os._exit(0)
+
+
+def _exit_when_gone(pid: int) -> None:
+    while True:
+        try:
+            os.kill(pid, 0)  # signal 0 only asks whether the process exists
+        except ProcessLookupError:
+            os._exit(0)
+        time.sleep(1)

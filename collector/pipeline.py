@@ -65,7 +65,8 @@ class IngestPipeline:
 
     def _new_executor(self) -> Executor:
         if not self.processes:
-            # Decoding in a thread keeps the receivers' event loop free; the GIL caps it at one core.
+            # Threads keep the receivers' event loop free. The compiled walk releases the GIL, so two use both
+            # cores; the Python walk's share one.
             return ThreadPoolExecutor(max_workers=2, thread_name_prefix="tailwatch-decode")
         # forkserver: forking a process that runs gRPC threads is unsafe, and spawn re-imports slowly.
         ctx = multiprocessing.get_context("forkserver")

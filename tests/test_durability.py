@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -114,6 +116,20 @@ def test_decoder_processes_and_their_fork_server_end_when_the_service_is_killed_
         started = server.descendants()
         server.kill()
     wait_until(lambda: not any(map(running, started)), "no process of the killed service left")
+
+
+def test_where_there_is_no_pidfd_a_decoder_process_still_exits_once_the_service_is_gone() -> None:
+    service = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    watch = f"from collector.decode_job import _exit_when_gone; _exit_when_gone({service.pid}); raise SystemExit(3)"
+    watcher = subprocess.Popen([sys.executable, "-c", watch], cwd=Path(__file__).parents[1])
+    try:
+        assert watcher.poll() is None
+        service.kill()
+        service.wait(HANG_GUARD)
+        assert watcher.wait(HANG_GUARD) == 0
+    finally:
+        service.kill()
+        watcher.kill()
 
 
 def running(pid: int) -> bool:
