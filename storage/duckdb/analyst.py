@@ -48,7 +48,8 @@ REFUSED_FUNCTIONS = re.compile(
     r"|\w*secret\w*|getenv|duckdb_extensions|duckdb_extension_repositories|duckdb_temporary_files"
     r"|duckdb_external_file_cache|\w*external_resource\w*|python_\w+"
     r"|checkpoint|force_checkpoint|\w+_logging|truncate_duckdb_logs|duckdb_logs\w*|duckdb_log_contexts|write_log"
-    r"|\w+_profiling"  # the service's state and logs
+    r"|\w+_profiling|duckdb_live_query_metrics"  # the service's state and logs, other sessions' queries
+    r"|\w+_grammar_extension"  # changes how every connection parses SQL
 )
 _NAMES = (duckdb.token_type.identifier, duckdb.token_type.keyword)
 _BATCH_ROWS = 8192
