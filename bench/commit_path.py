@@ -96,7 +96,7 @@ def split_prices(tables: list[pa.Table], workdir: Path) -> dict[str, float]:
                 con.execute(insert_spans_sql("batch", tuple(batch.column_names), split=False), [stamp])
             else:
                 names = ", ".join(batch.column_names)
-                con.execute(f"INSERT INTO spans ({names}, ingested_at) SELECT {names}, ? FROM batch", [stamp])
+                con.execute(f"INSERT INTO span_rows ({names}, ingested_at) SELECT {names}, ? FROM batch", [stamp])
             con.unregister("batch")
         prices[name] = (time.perf_counter() - started) / rows * 1e6
         con.close()

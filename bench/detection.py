@@ -24,7 +24,7 @@ from tailwatch.compose import detection_pass, open_storage
 from tailwatch.settings import load_settings
 
 GENERATE = """
-INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code, service_name,
+INSERT INTO span_rows (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code, service_name,
     tenant_id, replica_id, deployment, model, operation, is_llm, llm_role, input_tokens, output_tokens,
     cached_input_tokens, ttft_ms, tpot_ms, queue_ms, prefill_ms, decode_ms, e2e_ms, cache_hit_ratio, queue_depth,
     replica_count, batch_size, prefill_tokens_in_batch, quantization, attributes_rest, resource, ingested_at)

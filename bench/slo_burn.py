@@ -77,7 +77,7 @@ def _history(con, before: datetime, groups: int, days: int) -> None:  # type: ig
 def _window(con, start: datetime, groups: int, requests: int) -> None:  # type: ignore[no-untyped-def]
     con.execute(
         """
-        INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code, tenant_id,
+        INSERT INTO span_rows (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code, tenant_id,
                            is_llm, llm_role, ttft_ms, e2e_ms, ingested_at)
         SELECT 't' || i, 's', 'llm_request', 'SERVER', e, e, 0, 'OK', printf('t%03d', i % ?), true, 'server',
                CASE WHEN i % 50 = 0 THEN 5000.0 ELSE 300.0 END, 1000.0, e

@@ -109,7 +109,7 @@ def main() -> None:
         )  # fmt: skip
         con = open_database(path)
         per_column = con.execute(
-            "SELECT column_name, string_agg(DISTINCT compression, ', ') FROM pragma_storage_info('spans') "
+            "SELECT column_name, string_agg(DISTINCT compression, ', ') FROM pragma_storage_info('span_rows') "
             "GROUP BY column_name ORDER BY column_name"
         ).fetchall()
         con.close()

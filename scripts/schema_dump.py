@@ -151,7 +151,12 @@ def render(con: duckdb.DuckDBPyConnection) -> str:
     out = ["-- Tables"]
     for (sql,) in con.execute(f"SELECT sql FROM duckdb_tables() WHERE {_OURS} ORDER BY table_name").fetchall():
         out.append(_table(str(sql)))
-    out.append("-- Macros; a table macro's columns are those it returns when bound with NULL for every parameter.")
+    # One order for both: a view reads macros, and a macro may read a view (`spans` is one), and DuckDB
+    # binds what a definition mentions when it is created.
+    out.append(
+        "-- Macros and views, each after what it mentions; a table macro's columns are those it returns when bound"
+        "\n-- with NULL for every parameter."
+    )
     macros = {
         str(name): (str(kind), [str(p) for p in parameters], str(definition))
         for name, kind, parameters, definition in con.execute(
@@ -159,7 +164,13 @@ def render(con: duckdb.DuckDBPyConnection) -> str:
             f"WHERE {_OURS} AND function_type IN ('macro', 'table_macro')"
         ).fetchall()
     }
-    for name in dependency_order({name: definition for name, (_, _, definition) in macros.items()}):
+    views = con.execute(f"SELECT view_name, sql FROM duckdb_views() WHERE {_OURS}").fetchall()
+    view_sql = {str(name): str(sql) for name, sql in views}
+    definitions = {name: definition for name, (_, _, definition) in macros.items()} | view_sql
+    for name in dependency_order(definitions):
+        if name in view_sql:
+            out.append(f"-- view {name}:\n{_returns(con, f'SELECT * FROM {name}')}\n{wrap(view_sql[name])}")
+            continue
         kind, parameters, definition = macros[name]
         signature = f"{name}({', '.join(parameters)})"
         if kind == "table_macro":
@@ -168,11 +179,6 @@ def render(con: duckdb.DuckDBPyConnection) -> str:
             out.append(header + wrap(f"CREATE MACRO {signature} AS TABLE {definition};"))
         else:
             out.append(wrap(f"CREATE MACRO {signature} AS {definition};"))
-    out.append("-- Views")
-    views = con.execute(f"SELECT view_name, sql FROM duckdb_views() WHERE {_OURS}").fetchall()
-    view_sql = {str(name): str(sql) for name, sql in views}
-    for name in dependency_order(view_sql):
-        out.append(f"-- {name}:\n{_returns(con, f'SELECT * FROM {name}')}\n{wrap(view_sql[name])}")
     return "\n\n".join(out) + "\n"
 
 

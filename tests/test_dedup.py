@@ -334,7 +334,7 @@ def test_a_failing_writer_job_is_rolled_back_answers_with_its_error_and_the_writ
     db = tmp_path / "job.duckdb"
 
     def insert_then_fail(con: duckdb.DuckDBPyConnection) -> None:
-        con.execute("DELETE FROM spans")
+        con.execute("DELETE FROM span_rows")
         raise ValueError("the job failed half-way")
 
     with writer_on(db, Clock(1_000.0)) as writer:

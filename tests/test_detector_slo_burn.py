@@ -56,7 +56,7 @@ class Fleet:
         def insert(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(
                 """
-                INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
+                INSERT INTO span_rows (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
                                    tenant_id, deployment, model, is_llm, llm_role, ttft_ms, e2e_ms, ingested_at)
                 SELECT ? || '-' || m || '-' || i, 's', 'llm_request', 'SERVER', e - INTERVAL 1 SECOND, e, 1000,
                        'OK', ?, 'chat', 'llama', true, 'server',
@@ -196,7 +196,7 @@ def test_the_windows_read_the_stored_minutes_not_the_spans_and_a_replay_does_not
 
     # Spans gone (retention): the trailing windows still hold what the earlier evaluations counted.
     fleet.storage.writer.submit(
-        lambda con: con.execute("DELETE FROM spans WHERE end_time < ?", [T0 + timedelta(hours=1)])
+        lambda con: con.execute("DELETE FROM span_rows WHERE end_time < ?", [T0 + timedelta(hours=1)])
     ).result()
     at = T0 + timedelta(minutes=125)
     fleet.evaluate(at)

@@ -58,7 +58,7 @@ def build(db: Path) -> None:
         for n, (trace_id, span_id, tenant, end, is_llm, role) in enumerate(SPANS):
             start = end - timedelta(seconds=2, microseconds=n)
             con.execute(
-                """INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
+                """INSERT INTO span_rows (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
                        tenant_id, is_llm, llm_role, model, replica_id, e2e_ms, ttft_ms, input_tokens,
                        cache_hit_ratio, attributes_rest, resource, ingested_at)
                    VALUES (?, ?, 'llm_request', ?, ?, ?, ?, 'OK', ?, ?, ?, 'm1', ?, ?, ?, ?, ?, ?, ?, ?)""",

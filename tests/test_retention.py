@@ -30,7 +30,7 @@ def store(
     con: duckdb.DuckDBPyConnection, span_id: str, start: datetime, end: datetime, ingested: datetime | None = None
 ) -> None:
     con.execute(
-        """INSERT INTO spans (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
+        """INSERT INTO span_rows (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
                               ingested_at)
            VALUES ('t', ?, 'op', 'SERVER', ?, ?, ?, 'UNSET', ?)""",
         [span_id, start, end, (end - start) / timedelta(milliseconds=1), ingested or end],

@@ -98,7 +98,7 @@ def insert_span(con: duckdb.DuckDBPyConnection, row: dict[str, Any]) -> None:
     values["duration_ms"] = (values["end_time"] - values["start_time"]).total_seconds() * 1000
     values["ingested_at"] = values["end_time"]
     columns = ", ".join(values)
-    con.execute(f"INSERT INTO spans ({columns}) VALUES ({', '.join('?' * len(values))})", list(values.values()))
+    con.execute(f"INSERT INTO span_rows ({columns}) VALUES ({', '.join('?' * len(values))})", list(values.values()))
 
 
 @pytest.fixture(scope="module")

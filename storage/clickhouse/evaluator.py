@@ -31,12 +31,12 @@ from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.engine_facts import FACTS
 from storage.duckdb.reads import DuckDBWindowSource
-from storage.duckdb.stored_attributes import STORED_ONLY
+from storage.duckdb.stored_attributes import SPAN_ROWS, STORED_ONLY
 from storage.ports import Window
 
 PAIRING_REACH = timedelta(hours=1)
 ENGINE_REACH = timedelta(hours=2)
-_LOADED = ("spans", "span_scores", "engine_metrics", "traffic_pattern_labels")
+_LOADED = (SPAN_ROWS, "span_scores", "engine_metrics", "traffic_pattern_labels")
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Evaluator:
             + (f" AND trace_id IN ({traces})" if of_traces else ""),
             params,
         )
-        self._insert("spans", spans.drop_columns([c for c in SPAN_JSON_COLUMNS if c in spans.column_names]))
+        self._insert(SPAN_ROWS, spans.drop_columns([c for c in SPAN_JSON_COLUMNS if c in spans.column_names]))
         if spans.num_rows == 0:
             return
         if needs.scores:
@@ -178,7 +178,7 @@ class Evaluator:
                 "AND end_time >= {s:DateTime64(6)} AND end_time < {e:DateTime64(6)}",
                 params,
             )
-            self._insert("spans", spans)
+            self._insert(SPAN_ROWS, spans)
             self._load_engine(client)
             cur = con.cursor()
             try:
@@ -208,5 +208,5 @@ def _settle_sql(columns: list[Column]) -> str:
     select = ", ".join(f"{facts.get(c.name, f's.{c.name}')} AS {c.name}" for c in columns)
     return (
         f"SELECT {select} FROM span_engine_facts_between(?::TIMESTAMP, ?::TIMESTAMP) AS f "
-        "JOIN spans AS s ON s.rowid = f.row_id"
+        f"JOIN {SPAN_ROWS} AS s ON s.rowid = f.row_id"
     )

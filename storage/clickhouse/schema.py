@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
-from storage.duckdb.stored_attributes import STORED_ONLY
+from storage.duckdb.stored_attributes import SPAN_ROWS, STORED_ONLY
 
 SCHEMA_VERSION = 1
 
@@ -109,7 +109,8 @@ def tables_of(con: duckdb.DuckDBPyConnection) -> dict[str, list[Column]]:
         """
     ).fetchall()
     tables: dict[str, list[Column]] = {}
-    for table, name, typ, nullable in rows:
+    for stored, name, typ, nullable in rows:
+        table = "spans" if stored == SPAN_ROWS else stored  # DuckDB's `spans` is a view of its stored rows
         if table in NOT_IN_CLICKHOUSE or name in layout(table).skip:
             continue
         tables.setdefault(table, []).append(Column(name, clickhouse_type(typ, nullable)))

@@ -13,6 +13,7 @@ from functools import partial
 
 import duckdb
 
+from storage.duckdb.stored_attributes import SPAN_ROWS
 from storage.duckdb.writer import Writer
 
 # One hour of spans a job: the writer commits ingest between chunks, and a chunk's engine states stay small.
@@ -22,9 +23,9 @@ FACTS = ("queue_depth", "replica_count", "cache_hit_ratio", "kv_cache_usage", "r
           "step_tokens")  # fmt: skip
 
 _UPDATE = f"""
-    UPDATE spans SET engine_settled = true, {", ".join(f"engine_{fact} = f.{fact}" for fact in FACTS)}
+    UPDATE {SPAN_ROWS} SET engine_settled = true, {", ".join(f"engine_{fact} = f.{fact}" for fact in FACTS)}
     FROM span_engine_facts_between($lo, $hi) AS f
-    WHERE spans.rowid = f.row_id
+    WHERE {SPAN_ROWS}.rowid = f.row_id
 """
 
 

@@ -6,6 +6,8 @@ from datetime import datetime
 
 import duckdb
 
+from storage.duckdb.stored_attributes import SPAN_ROWS
+
 
 def delete_expired(con: duckdb.DuckDBPyConnection, cutoff: datetime) -> int:
     """Delete spans that ended before `cutoff` (naive UTC); returns how many were deleted.
@@ -13,7 +15,7 @@ def delete_expired(con: duckdb.DuckDBPyConnection, cutoff: datetime) -> int:
     Event time, like every window in Tailwatch: a backfill of spans older than the retention age is
     removed at the next pass.
     """
-    rows = con.execute("DELETE FROM spans WHERE end_time < ? RETURNING 1", [cutoff]).fetchall()
+    rows = con.execute(f"DELETE FROM {SPAN_ROWS} WHERE end_time < ? RETURNING 1", [cutoff]).fetchall()
     # Engine metrics age out with the spans they explain.
     con.execute("DELETE FROM engine_metrics WHERE time < ?", [cutoff])
     # slo_burn's per-minute counts outlive the spans they were counted from (an SLO window is up to
