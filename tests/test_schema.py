@@ -13,7 +13,7 @@ import pytest
 
 from collector.model import SCORE_COLUMNS, SPAN_COLUMNS, Column
 from storage.duckdb.database import open_database
-from storage.duckdb.migrate import upgrade
+from storage.duckdb.migrate import downgrade, upgrade
 from storage.duckdb.stored_attributes import SPAN_ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,3 +118,17 @@ def test_the_model_has_the_units_the_analysts_reference_gives(table: str) -> Non
         return column.unit or "—"
 
     assert {c.name: (c.sql_type, unit(c)) for c in MODEL[table]} == _reference_rows(table)
+
+
+def test_downgrading_the_spans_view_gives_back_the_schema_0016_built(tmp_path: Path) -> None:
+    """Migration 0017's way down rebuilds `spans` as a table with its virtual `attributes` and points the
+    settling macro back at it: the catalog is then what 0016 built, definition for definition."""
+    con = open_database(tmp_path / "down.duckdb")
+    upgrade(con, "0016")
+    before = schema_dump.render(con)
+    upgrade(con)
+    assert schema_dump.render(con) != before
+    downgrade(con, "0016")
+    after = schema_dump.render(con)
+    con.close()
+    assert after == before
