@@ -6,7 +6,8 @@ The ingest benchmark's spans, decoded by the production decoder, are committed a
 commits them (concatenate the queued batches, find the new rows, INSERT from Arrow, COMMIT), into a
 fresh migrated database per group size, timing each step. A second part prices `storage.attributes:
 split`: the same batches split once on the side, then inserted, against inserting them whole, so the
-cost of DuckDB verifying the virtual `attributes` column on insert shows apart from the split itself.
+cost of inserting split rows shows apart from the split itself. (Before migration 0017 `attributes` was
+a virtual column that DuckDB checked on every insert: the rows with no bit set told its check apart.)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collector.decode import Encoding, decode_traces
 from storage.dedup import RecentSpans, first_occurrences, span_keys
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from storage.duckdb.stored_attributes import insert_spans_sql, strip_sql
+from storage.duckdb.stored_attributes import SPAN_ROWS, insert_spans_sql, strip_sql
 
 
 def fresh(workdir: Path, name: str) -> duckdb.DuckDBPyConnection:
@@ -82,7 +83,7 @@ def split_prices(tables: list[pa.Table], workdir: Path) -> dict[str, float]:
         side.unregister("b")
     rows = sum(t.num_rows for t in tables)
     prices = {"split on the side": (time.perf_counter() - started) / rows * 1e6}
-    # The same smaller rows with no bit set: the virtual column's cheap branch, so what is left is its check.
+    # The same smaller rows with no bit set: what the rebuild would cost if inserting evaluated it.
     no_bits = [
         t.set_column(t.num_columns - 1, "attributes_moved", pa.array([0] * t.num_rows, pa.uint64())) for t in split
     ]
@@ -96,7 +97,8 @@ def split_prices(tables: list[pa.Table], workdir: Path) -> dict[str, float]:
                 con.execute(insert_spans_sql("batch", tuple(batch.column_names), split=False), [stamp])
             else:
                 names = ", ".join(batch.column_names)
-                con.execute(f"INSERT INTO span_rows ({names}, ingested_at) SELECT {names}, ? FROM batch", [stamp])
+                insert = f"INSERT INTO {SPAN_ROWS} ({names}, ingested_at) SELECT {names}, ? FROM batch"
+                con.execute(insert, [stamp])
             con.unregister("batch")
         prices[name] = (time.perf_counter() - started) / rows * 1e6
         con.close()
