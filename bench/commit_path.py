@@ -4,10 +4,9 @@
 
 The ingest benchmark's spans, decoded by the production decoder, are committed as the DuckDB writer
 commits them (concatenate the queued batches, find the new rows, INSERT from Arrow, COMMIT), into a
-fresh migrated database per group size, timing each step. A second part prices `storage.attributes:
-split`: the same batches split once on the side, then inserted, against inserting them whole, so the
-cost of inserting split rows shows apart from the split itself. (Before migration 0017 `attributes` was
-a virtual column that DuckDB checked on every insert: the rows with no bit set told its check apart.)
+fresh migrated database per group size, timing each step (`--split`: of batches decoded as
+`storage.attributes: split` stores them). A second part prices the split: decoding the same requests
+whole and split (the split is done in the decoder), and inserting the two forms.
 """
 
 from __future__ import annotations
@@ -23,14 +22,16 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from collector import native_walk
+
 sys.path.insert(0, str(Path(__file__).parent))
 from llm_spans import unique_requests
 
-from collector.decode import Encoding, decode_traces
+from collector.decode import Decoder, Encoding, decode_traces
 from storage.dedup import RecentSpans, first_occurrences, span_keys
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from storage.duckdb.stored_attributes import SPAN_ROWS, insert_spans_sql, strip_sql
+from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
 
 
 def fresh(workdir: Path, name: str) -> duckdb.DuckDBPyConnection:
@@ -47,7 +48,7 @@ def steps(tables: list[pa.Table], group: int, workdir: Path) -> dict[str, float]
     recent = RecentSpans(300, 1_000_000)  # the writer's duplicate window, at its defaults
     for i in range(0, len(tables), group):
         a = time.perf_counter()
-        batch = pa.concat_tables(tables[i : i + group])
+        batch = pa.concat_tables([with_moved(t) for t in tables[i : i + group]])
         b = time.perf_counter()
         keys = span_keys(batch).to_list()
         keep = first_occurrences(batch).to_list()
@@ -57,7 +58,7 @@ def steps(tables: list[pa.Table], group: int, workdir: Path) -> dict[str, float]
         c = time.perf_counter()
         con.execute("BEGIN")
         con.register("batch", batch)
-        con.execute(insert_spans_sql("batch", tuple(batch.column_names), split=False), [stamp])
+        con.execute(insert_spans_sql("batch", tuple(batch.column_names)), [stamp])
         d = time.perf_counter()
         con.execute("COMMIT")
         con.unregister("batch")
@@ -69,38 +70,33 @@ def steps(tables: list[pa.Table], group: int, workdir: Path) -> dict[str, float]
     return {step: round(seconds / rows * 1e6, 2) for step, seconds in spent.items()}
 
 
-def split_prices(tables: list[pa.Table], workdir: Path) -> dict[str, float]:
-    """µs per span: the split on a side connection, and inserts of whole, split and split-without-bits rows."""
-    side = duckdb.connect()
-    side.execute("SET threads = 1")
-    started = time.perf_counter()
-    split = []
-    for table in tables:
-        side.register("b", table)
-        select, source = strip_sql("b")
-        kept = ", ".join(c for c in table.column_names if c != "attributes")
-        split.append(side.sql(f"SELECT {kept}, {select} FROM {source}").to_arrow_table())
-        side.unregister("b")
-    rows = sum(t.num_rows for t in tables)
-    prices = {"split on the side": (time.perf_counter() - started) / rows * 1e6}
-    # The same smaller rows with no bit set: what the rebuild would cost if inserting evaluated it.
-    no_bits = [
-        t.set_column(t.num_columns - 1, "attributes_moved", pa.array([0] * t.num_rows, pa.uint64())) for t in split
-    ]
+def split_prices(requests: list[bytes], workdir: Path) -> dict[str, float]:
+    """µs per span: decoding whole and split (each decoder), and inserting the two forms."""
+    rows = 0
+    prices = {}
+    decoders = [d for d in Decoder if d is Decoder.PYTHON or native_walk.AVAILABLE]
+    forms: dict[str, list[pa.Table]] = {}
+    for decoder in decoders:
+        for split in (False, True):
+            started = time.perf_counter()
+            tables = [
+                decode_traces(r, Encoding.PROTOBUF, decoder=decoder, split_attributes=split).spans for r in requests
+            ]
+            seconds = time.perf_counter() - started
+            rows = sum(t.num_rows for t in tables if t is not None)
+            form = "split" if split else "whole"
+            prices[f"decode {form}, {decoder.value}"] = seconds / rows * 1e6
+            forms[form] = [with_moved(t) for t in tables if t is not None]
     stamp = datetime.now(UTC).replace(tzinfo=None)
-    for name, batches in (("insert whole", tables), ("insert split", split), ("insert split, no bits", no_bits)):
-        con = fresh(workdir, name.replace(" ", "-").replace(",", ""))
+    for form, batches in forms.items():
+        con = fresh(workdir, f"insert-{form}")
         started = time.perf_counter()
         for batch in batches:
             con.register("batch", batch)
-            if "attributes" in batch.column_names:
-                con.execute(insert_spans_sql("batch", tuple(batch.column_names), split=False), [stamp])
-            else:
-                names = ", ".join(batch.column_names)
-                insert = f"INSERT INTO {SPAN_ROWS} ({names}, ingested_at) SELECT {names}, ? FROM batch"
-                con.execute(insert, [stamp])
+            con.execute(insert_spans_sql("batch", tuple(batch.column_names)), [stamp])
             con.unregister("batch")
-        prices[name] = (time.perf_counter() - started) / rows * 1e6
+        con.execute("CHECKPOINT")
+        prices[f"insert {form} + checkpoint"] = (time.perf_counter() - started) / rows * 1e6
         con.close()
     return {k: round(v, 2) for k, v in prices.items()}
 
@@ -108,9 +104,11 @@ def split_prices(tables: list[pa.Table], workdir: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batches", type=int, default=200, help="1,000-span batches")
+    parser.add_argument("--split", action="store_true", help="commit batches decoded split (storage.attributes)")
     args = parser.parse_args()
     t0 = (int(time.time()) - 3600) * 10**9
-    tables = [decode_traces(r, Encoding.PROTOBUF).spans for r in unique_requests(args.batches, 1000, seed=5, t0_ns=t0)]
+    requests = unique_requests(args.batches, 1000, seed=5, t0_ns=t0)
+    tables = [decode_traces(r, Encoding.PROTOBUF, split_attributes=args.split).spans for r in requests]
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="tw-commit-") as tmp:
         for group in (1, 4, 16):
@@ -118,7 +116,7 @@ def main() -> None:
             figures["total"] = round(sum(figures.values()), 2)
             results[f"group of {group * 1000} rows"] = figures
             print(f"group of {group * 1000:>6} rows: {figures} µs/span", flush=True)
-        results["split"] = split_prices(tables[:60], Path(tmp))
+        results["split"] = split_prices(requests[:60], Path(tmp))
         print(f"split: {results['split']} µs/span", flush=True)
     print(json.dumps(results, indent=2))
 

@@ -20,6 +20,7 @@ import time
 import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -31,32 +32,35 @@ from llm_spans import unique_requests
 from collector.decode import Encoding, choose_decoder, decode_traces
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from storage.duckdb.stored_attributes import insert_spans_sql
+from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
+from tailwatch.settings import StorageSettings
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _decode_count(payload: bytes) -> int:
-    return decode_traces(payload, Encoding.PROTOBUF).items
+def _decode_count(payload: bytes, split: bool = False) -> int:
+    return decode_traces(payload, Encoding.PROTOBUF, split_attributes=split).items
 
 
-def ceiling(requests: list[bytes], processes: int) -> float:
-    """Decode-only spans/s: parse + walk + Arrow batch, in this process or a pool, no server."""
+def ceiling(requests: list[bytes], processes: int, split: bool) -> float:
+    """Decode-only spans/s: parse + walk + Arrow batch, in this process or a pool, no server; `split`: the
+    attributes split as `storage.attributes: split` has the service decode them."""
     started = time.perf_counter()
+    count = partial(_decode_count, split=split)
     if processes <= 1:
-        n = sum(_decode_count(r) for r in requests)
+        n = sum(count(r) for r in requests)
     else:
         with ProcessPoolExecutor(processes) as pool:
-            list(pool.map(_decode_count, requests[:processes]))  # start the workers outside the timing
+            list(pool.map(count, requests[:processes]))  # start the workers outside the timing
             started = time.perf_counter()
-            n = sum(pool.map(_decode_count, requests, chunksize=4))
+            n = sum(pool.map(count, requests, chunksize=4))
     return n / (time.perf_counter() - started)
 
 
-def insert_ceiling(requests: list[bytes], workdir: Path) -> float:
+def insert_ceiling(requests: list[bytes], workdir: Path, split: bool) -> float:
     """DuckDB alone: rows/s inserting already-decoded batches into a migrated spans table, a commit each."""
-    tables = [decode_traces(r, Encoding.PROTOBUF).spans for r in requests]
+    tables = [with_moved(decode_traces(r, Encoding.PROTOBUF, split_attributes=split).spans) for r in requests]
     con = open_database(workdir / "insert-ceiling.duckdb")
     migrate.upgrade(con)
     stamp = datetime.now(UTC).replace(tzinfo=None)
@@ -65,8 +69,8 @@ def insert_ceiling(requests: list[bytes], workdir: Path) -> float:
     for table in tables:
         assert table is not None
         con.register("batch", table)
-        # As the writer inserts with the default storage.attributes (whole).
-        con.execute(insert_spans_sql("batch", tuple(table.column_names), split=False), [stamp])
+        # As the writer inserts.
+        con.execute(insert_spans_sql("batch", tuple(table.column_names)), [stamp])
         con.unregister("batch")
         rows += table.num_rows
     con.execute("CHECKPOINT")
@@ -198,6 +202,7 @@ def main() -> None:
     add_settings_flag(parser)
     args = parser.parse_args()
     settings = server_settings(args)
+    split = settings.get("storage.attributes", StorageSettings().attributes) == "split"
 
     n_requests = args.spans // args.batch
     t0 = (int(time.time()) - 3600) * 10**9
@@ -206,14 +211,14 @@ def main() -> None:
     bytes_per_span = sum(map(len, requests[:20])) / (20 * args.batch)
 
     sample = requests[: max(40, n_requests // 10)]
-    ceiling_1 = ceiling(sample, 1)
-    ceiling_2 = ceiling(sample, os.cpu_count() or 2)
+    ceiling_1 = ceiling(sample, 1, split)
+    ceiling_2 = ceiling(sample, os.cpu_count() or 2, split)
     print(f"decode-only ceiling: {ceiling_1:,.0f} spans/s (1 process), {ceiling_2:,.0f} (all cores)", flush=True)
 
     workdir = Path(tempfile.mkdtemp(prefix="tw-bench-"))
     results = {}
     try:
-        inserts = insert_ceiling(sample, workdir)
+        inserts = insert_ceiling(sample, workdir, split)
         print(f"DuckDB insert-only ceiling: {inserts:,.0f} rows/s (decoded batches, a commit each)", flush=True)
         for label, concurrency, reqs in (
             ("sustained", args.concurrency, requests),

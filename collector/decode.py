@@ -25,7 +25,8 @@ from collector.anyvalue import attributes_dict
 from collector.decode_metrics import metric_points, parse_metrics
 from collector.engine_names import EngineNames
 from collector.errors import MalformedPayload
-from collector.model import MAX_TIME_NS, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from collector.model import MAX_TIME_NS, MOVED, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from collector.moved_attributes import left_out, split
 from collector.normalize import (
     FIELDS,
     LANGFUSE_COMPLETION_START,
@@ -121,13 +122,14 @@ def decode(
     names: EngineNames | None = None,
     *,
     decoder: Decoder | None = None,
+    split_attributes: bool = False,
 ) -> Decoded:
     """Decode one export request of any signal."""
     if signal is Signal.LOGS:
         return decode_logs(payload, encoding)
     if signal is Signal.METRICS:
         return decode_metrics(payload, encoding, plan, names)
-    return decode_traces(payload, encoding, plan, decoder)
+    return decode_traces(payload, encoding, plan, decoder, split_attributes=split_attributes)
 
 
 def decode_metrics(
@@ -161,26 +163,37 @@ def _parse(payload: bytes, encoding: Encoding, message: type[Message]) -> Any:
 
 
 def decode_traces(
-    payload: bytes, encoding: Encoding, plan: Plan | None = None, decoder: Decoder | None = None
+    payload: bytes,
+    encoding: Encoding,
+    plan: Plan | None = None,
+    decoder: Decoder | None = None,
+    *,
+    split_attributes: bool = False,
 ) -> Decoded:
-    """Decode, validate and normalize one OTLP trace export request (by default with DEFAULT_DECODER)."""
+    """Decode, validate and normalize one OTLP trace export request (by default with DEFAULT_DECODER).
+
+    With `split_attributes` the spans' `attributes` leave out what a canonical column holds exactly, and an
+    `attributes_moved` column says what (collector/moved_attributes.py): the form DuckDB stores."""
     if encoding is Encoding.JSON:
         # OTLP/JSON is re-encoded once so that both encodings share the one walk.
         payload = otlp_json.parse(payload, ExportTraceServiceRequest).SerializeToString()
     plan = plan or default_plan()
-    return finish(_WALKS[decoder or DEFAULT_DECODER](payload, plan.walk_span_keys, plan.walk_resource_keys), plan)
+    out = left_out(plan.walk_span_keys) if split_attributes else ()
+    walked = _WALKS[decoder or DEFAULT_DECODER](payload, plan.walk_span_keys, plan.walk_resource_keys, out)
+    return finish(walked, plan, split_attributes=split_attributes)
 
 
 # Serialized attributes that may carry scores (collector.scores pre-checks each span's the same way).
 _SCORE_HINT = SCORE_HINT.pattern.decode()
 
 
-def finish(walked: Walked, plan: Plan) -> Decoded:
+def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Decoded:
     """Scores, first-token times and the canonical LLM columns of a walked request: the one implementation,
     whichever walk ran."""
     spans = walked.spans
     n = spans.num_rows
     attributes, events, links = spans["attributes"], spans["events"], spans["links"]
+    left_out_json = spans["left_out"]
     completion_start = walked.span_values.get(LANGFUSE_COMPLETION_START)
     # Only spans with events, a Langfuse completion start or a score hint need Python; most have none.
     visit = pc.is_valid(events)
@@ -201,6 +214,7 @@ def finish(walked: Walked, plan: Plan) -> Decoded:
             scores.extend(
                 _scores(
                     attributes[i].as_py(),
+                    left_out_json[i].as_py(),
                     row_events,
                     links[i].as_py(),
                     trace=trace_ids[i].as_py(),
@@ -222,19 +236,37 @@ def finish(walked: Walked, plan: Plan) -> Decoded:
             pa.array(first_tokens, pa.float64()),
         ),
     )
-    stored = [spans[name] for name in spans.schema.names if name != "resource_index"]
+    stored = [spans[name] for name in spans.schema.names if name not in _WALK_ONLY]
     table = pa.Table.from_arrays([*stored, is_llm, roles, *(llm[name] for name in FIELDS)], schema=SPAN_BATCH_SCHEMA)
+    if split_attributes:
+        rest, moved = split(attributes, left_out_json, walked.span_values, llm)
+        table = table.set_column(table.schema.get_field_index("attributes"), "attributes", rest)
+        table = table.append_column(MOVED, moved)
     return Decoded(Signal.TRACES, table, score_table(scores), walked.rejections)
 
 
+# The walk's columns the decoded batch does not carry: what normalization and the split read.
+_WALK_ONLY = ("resource_index", "left_out")
+
+
 def _scores(
-    attrs_json: str, events: list[dict[str, Any]] | None, links_json: str | None, *, trace: str, span: str, end: int
+    attrs_json: str,
+    left_out_json: str | None,
+    events: list[dict[str, Any]] | None,
+    links_json: str | None,
+    *,
+    trace: str,
+    span: str,
+    end: int,
 ) -> list[Score]:
-    """A span's scores: from its attributes (on the span it judges, for a linked evaluator span) and events."""
+    """A span's scores: from its attributes (on the span it judges, for a linked evaluator span) and events.
+    No score key is ever left out of `attrs_json` (tests/test_moved_attributes.py), so the hint reads it alone."""
     raw = attrs_json.encode()
     found: list[Score] = []
     if SCORE_HINT.search(raw):
         attrs = orjson.loads(raw)
+        if left_out_json is not None:
+            attrs.update(orjson.loads(left_out_json))
         links = orjson.loads(links_json) if links_json is not None else None
         score_trace, score_span = trace, span
         if links is not None and len(links) == 1 and attrs.get("openinference.span.kind") == "EVALUATOR":

@@ -21,10 +21,17 @@ def _plan(config: NormalizeConfig) -> Plan:
 
 
 def decode_request(
-    signal: Signal, payload: bytes, encoding: Encoding, config: NormalizeConfig, names: EngineNames, *, decoder: Decoder
+    signal: Signal,
+    payload: bytes,
+    encoding: Encoding,
+    config: NormalizeConfig,
+    names: EngineNames,
+    *,
+    decoder: Decoder,
+    split_attributes: bool = False,
 ) -> Decoded:
     """The decoder entry point run in the worker processes."""
-    return decode(signal, payload, encoding, _plan(config), names, decoder=decoder)
+    return decode(signal, payload, encoding, _plan(config), names, decoder=decoder, split_attributes=split_attributes)
 
 
 def exit_with(service_pid: int) -> None:

@@ -192,6 +192,9 @@ def batch_schema(columns: tuple[Column, ...]) -> pa.Schema:
 
 
 SPAN_BATCH_SCHEMA = batch_schema(SPAN_COLUMNS)
+# What a decoder asked to split attributes adds to SPAN_BATCH_SCHEMA (collector/moved_attributes.py): which
+# attributes its `attributes` leaves out because their columns hold them. A batch without it left none out.
+MOVED = pa.field("attributes_moved", pa.uint64())
 SCORE_BATCH_SCHEMA = batch_schema(SCORE_COLUMNS)
 ENGINE_METRIC_BATCH_SCHEMA = batch_schema(ENGINE_METRIC_COLUMNS)
 

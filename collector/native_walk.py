@@ -23,13 +23,15 @@ except ImportError:  # no Rust toolchain where this was installed: the Python wa
 AVAILABLE = _native is not None
 
 
-def walk(payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]) -> Walked:
+def walk(
+    payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, ...], left_out: tuple[str, ...] = ()
+) -> Walked:
     """Walk one serialized ExportTraceServiceRequest in the compiled decoder."""
     if _native is None:
         raise RuntimeError("the compiled decoder is not installed (scripts/setup builds it where cargo exists)")
     try:
         spans, span_values, span_json, resource_values, resource_json, rejected = _native.walk_traces(
-            payload, list(span_keys), list(resource_keys)
+            payload, list(span_keys), list(resource_keys), list(left_out)
         )
     except ValueError as exc:
         raise malformed(exc) from None

@@ -48,6 +48,7 @@ class IngestPipeline:
         normalize: NormalizeConfig | None = None,
         engine_names: EngineNames | None = None,
         decoder: Decoder = DEFAULT_DECODER,
+        split_attributes: bool = False,
     ) -> None:
         self._sink = sink
         self._metrics = metrics
@@ -56,6 +57,8 @@ class IngestPipeline:
         self._normalize = normalize or NormalizeConfig()
         self._names = engine_names or EngineNames()
         self.decoder = decoder
+        # Whether spans are decoded in the form the sink stores (collector/moved_attributes.py).
+        self._split = split_attributes
         metrics.decoder_in_use(decoder, self.processes)
         self._inflight = 0
         self._lock = threading.Lock()
@@ -111,7 +114,14 @@ class IngestPipeline:
         executor = self._executor
         try:
             decoding = executor.submit(
-                decode_request, signal, payload, encoding, self._normalize, self._names, decoder=self.decoder
+                decode_request,
+                signal,
+                payload,
+                encoding,
+                self._normalize,
+                self._names,
+                decoder=self.decoder,
+                split_attributes=self._split,
             )
         except BrokenProcessPool:
             # A decoder died while idle: the pool is broken for good until it is replaced.

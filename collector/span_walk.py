@@ -30,7 +30,9 @@ ZERO_TRACE = bytes(16)
 ZERO_SPAN = bytes(8)
 
 # The walk's span columns, in order: the stored columns a span carries itself, then the index of its
-# resource among the request's resources (for the per-resource gathered keys).
+# resource among the request's resources (for the per-resource gathered keys). `left_out` holds the
+# attributes the walk was asked to leave out of `attributes` (collector/moved_attributes.py), as a JSON
+# object of their own; null when a span has none of them.
 WALK_SCHEMA = pa.schema(
     [
         ("trace_id", pa.string()),
@@ -46,6 +48,7 @@ WALK_SCHEMA = pa.schema(
         ("service_name", pa.string()),
         ("scope_name", pa.string()),
         ("attributes", pa.string()),
+        ("left_out", pa.string()),
         ("resource", pa.string()),
         ("events", pa.string()),
         ("links", pa.string()),
@@ -68,7 +71,9 @@ def malformed(detail: object) -> MalformedPayload:
     return MalformedPayload(f"not a valid OTLP protobuf ExportTraceServiceRequest: {detail}")
 
 
-def walk(payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]) -> Walked:
+def walk(
+    payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, ...], left_out: tuple[str, ...] = ()
+) -> Walked:
     """Walk one serialized ExportTraceServiceRequest (the reference implementation)."""
     try:
         # The walk below reads a cheaper wire-compatible schema (collector.wire) that leaves fields it
@@ -76,13 +81,17 @@ def walk(payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, .
         # decoder's official messages refuse (e.g. invalid UTF-8 in a trace_state).
         official = ExportTraceServiceRequest.FromString(payload)
         request: Any = TraceRequest.FromString(payload)
-        return _walk(request, official, span_keys, resource_keys)
+        return _walk(request, official, span_keys, resource_keys, frozenset(left_out))
     except (DecodeError, UnicodeDecodeError, IndexError) as exc:
         raise malformed(exc) from None
 
 
 def _walk(
-    request: Any, official: ExportTraceServiceRequest, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]
+    request: Any,
+    official: ExportTraceServiceRequest,
+    span_keys: tuple[str, ...],
+    resource_keys: tuple[str, ...],
+    left_out: frozenset[str],
 ) -> Walked:
     rejections = Rejections()
     columns: list[list[Any]] = [[] for _ in WALK_SCHEMA]
@@ -100,6 +109,7 @@ def _walk(
         services,
         scopes,
         attributes,
+        left_out_col,
         resources,
         events_col,
         links_col,
@@ -147,7 +157,15 @@ def _walk(
                 services.append(service)
                 scopes.append(scope)
                 # Sorted, so that equal attribute sets are equal text whatever order they were sent in.
-                attributes.append(dumps(attrs, option=sort_keys).decode())
+                out = left_out.intersection(attrs) if left_out else None
+                if out:
+                    attributes.append(
+                        dumps({k: v for k, v in attrs.items() if k not in out}, option=sort_keys).decode()
+                    )
+                    left_out_col.append(dumps({k: attrs[k] for k in out}, option=sort_keys).decode())
+                else:
+                    attributes.append(dumps(attrs, option=sort_keys).decode())
+                    left_out_col.append(None)
                 resources.append(resource_json)
                 events_col.append(dumps(_events(s.events)).decode() if s.events else None)
                 links_col.append(dumps(_links(s.links)).decode() if s.links else None)

@@ -62,7 +62,6 @@ def open_storage(settings: Settings, registry: CollectorRegistry | None = None) 
         sql_max_rows=settings.sql.max_rows,
         registry=registry,
         reserve_bytes=s.reserve_mb * 2**20,
-        split_attributes=s.attributes == "split",
     )
 
 

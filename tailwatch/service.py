@@ -101,6 +101,7 @@ class Service:
             normalize=s.normalize,
             engine_names=s.metrics.engine_names(),
             decoder=s.ingest.trace_decoder(),
+            split_attributes=s.storage.splits_attributes(),
         )
         self._grpc = GrpcReceiver(
             self._pipeline,

@@ -176,6 +176,10 @@ class StorageSettings(_Section):
     )
     clickhouse: ClickHouseSettings = ClickHouseSettings()
 
+    def splits_attributes(self) -> bool:
+        """Whether spans are decoded with their attributes split (only DuckDB stores them so)."""
+        return self.backend == "duckdb" and self.attributes == "split"
+
     @model_validator(mode="after")
     def _clickhouse_has_a_dsn(self) -> StorageSettings:
         if self.backend == "clickhouse" and self.clickhouse.dsn is None:
@@ -188,8 +192,8 @@ class StorageSettings(_Section):
     threads: int = Field(2, ge=1, le=256, description="DuckDB worker threads.")
     attributes: Literal["whole", "split"] = Field(
         "whole",
-        description="How new spans' attributes are stored. whole: as sent. split: the values a canonical column "
-        "holds exactly are stored once, in the column (about 0.6 of the bytes, and inserts about half as fast).",
+        description="How new spans' attributes are stored (DuckDB). whole: as sent. split: the values a canonical "
+        "column holds exactly are stored once, in the column (about 0.6 of the bytes).",
     )
     detection_memory_mb: int = Field(
         256,

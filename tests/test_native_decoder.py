@@ -141,10 +141,10 @@ def requests(draw: st.DrawFn) -> bytes:
     return request.SerializeToString()
 
 
-def assert_same(payload: bytes) -> Decoded | None:
+def assert_same(payload: bytes, *, split_attributes: bool = False) -> Decoded | None:
     """The compiled decoder's result after checking it equals the reference's; None when both refuse."""
     try:
-        return same_decoding(payload)
+        return same_decoding(payload, split_attributes=split_attributes)
     except MalformedPayload:
         return None
 
@@ -153,6 +153,14 @@ def assert_same(payload: bytes) -> Decoded | None:
 @given(requests())
 def test_both_decoders_give_the_same_batch_scores_and_rejections(payload: bytes) -> None:
     assert_same(payload)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(requests())
+def test_both_decoders_split_attributes_the_same(payload: bytes) -> None:
+    """The walks leave the same keys out of the JSON and hand over the same left-out pairs, so the split
+    (shared) gives the same stored attributes and bits."""
+    assert_same(payload, split_attributes=True)
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -185,8 +193,10 @@ def test_the_differential_check_fails_when_the_compiled_walk_differs(monkeypatch
 
     compiled = native_walk.walk
 
-    def off_by_one(payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]) -> Walked:
-        walked = compiled(payload, span_keys, resource_keys)
+    def off_by_one(
+        payload: bytes, span_keys: tuple[str, ...], resource_keys: tuple[str, ...], left_out: tuple[str, ...]
+    ) -> Walked:
+        walked = compiled(payload, span_keys, resource_keys, left_out)
         walked.span_values["gen_ai.usage.input_tokens"] = KeyValues(pa.array([4], pa.int64()))
         return walked
 

@@ -1,29 +1,32 @@
-"""`spans.attributes` stored without what canonical columns hold (storage.attributes: split): every attribute
-reads back as it was sent, whatever its type, whichever key won its column, through the real decoder, writer
-and migrations; stored whole (the default) nothing is moved."""
+"""`spans.attributes` stored without what canonical columns hold (storage.attributes: split, done in the
+decoder): every attribute reads back as it was sent, whatever its type, whichever key won its column,
+through the real decoders, writer and migrations; stored whole (the default) nothing is moved."""
 
 from __future__ import annotations
 
 import json
 import math
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from builders import request, span
+from conftest import RunningService, service_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from waiting import HANG_GUARD
+from waiting import HANG_GUARD, WriterHold
 
-from collector.decode import Encoding, decode_traces
+from collector import native_walk
+from collector.decode import Decoder, Encoding, decode_traces
+from collector.moved_attributes import MOVES
 from collector.normalize import NormalizeConfig, build_plan
+from collector.scores import SCORE_HINT
 from storage.duckdb import migrate
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.database import open_database
-from storage.duckdb.stored_attributes import MOVES, rebuild_sql
-from tailwatch.compose import open_storage
-from tailwatch.settings import load_settings
+from storage.duckdb.stored_attributes import rebuild_sql
 
 # MOVES as first given: a stored bit names its entry forever, so these may never change (append only).
 FIRST_53 = (
@@ -97,12 +100,15 @@ def stored_attributes(storage: DuckDBStorage) -> dict[str, Any]:
     return {span_id: typed(json.loads(text)) for span_id, text in rows}
 
 
-def store(storage: DuckDBStorage, payload: bytes) -> pa.Table:
-    decoded = decode_traces(payload, Encoding.PROTOBUF)
+def store(storage: DuckDBStorage, payload: bytes, decoder: Decoder | None = None) -> pa.Table:
+    """Store the request's spans split by `decoder`; returns them decoded whole, the attributes as sent."""
+    decoded = decode_traces(payload, Encoding.PROTOBUF, decoder=decoder, split_attributes=True)
     assert decoded.spans is not None
     future = storage.sink.try_submit(decoded.spans)
     assert future is not None and future.result(timeout=HANG_GUARD).inserted == decoded.spans.num_rows
-    return decoded.spans
+    whole = decode_traces(payload, Encoding.PROTOBUF, decoder=decoder).spans
+    assert whole is not None
+    return whole
 
 
 def sent(batch: pa.Table) -> dict[str, Any]:
@@ -112,7 +118,7 @@ def sent(batch: pa.Table) -> dict[str, Any]:
 
 @pytest.fixture
 def storage(tmp_path: Path) -> Any:
-    opened = DuckDBStorage.open(tmp_path / "attributes.duckdb", split_attributes=True)
+    opened = DuckDBStorage.open(tmp_path / "attributes.duckdb")
     yield opened
     opened.close()
 
@@ -145,26 +151,39 @@ def test_a_vllm_spans_duplicated_attributes_are_stored_once_and_read_back_as_sen
     assert row[:3] == ("1.9031", "chatcmpl-1f2e", 812) and sorted(row[3]) == sorted(VLLM)
 
 
-def test_stored_whole_by_default_the_attributes_are_the_text_sent_and_nothing_is_moved(tmp_path: Path) -> None:
-    settings = load_settings(None, {"db": str(tmp_path / "whole.duckdb")}, {})
-    whole = open_storage(settings)
-    try:
-        assert isinstance(whole, DuckDBStorage)
-        batch = store(whole, request([span(attributes=VLLM)]).SerializeToString())
-        [(attributes, rest, moved)] = whole.reader.rows(
+def test_a_batch_decoded_whole_is_stored_as_sent_with_nothing_moved(storage: DuckDBStorage) -> None:
+    decoded = decode_traces(request([span(attributes=VLLM)]).SerializeToString(), Encoding.PROTOBUF)
+    assert decoded.spans is not None and "attributes_moved" not in decoded.spans.column_names
+    future = storage.sink.try_submit(decoded.spans)
+    assert future is not None and future.result(timeout=HANG_GUARD).inserted == 1
+    [(attributes, rest, moved)] = storage.reader.rows(
+        "SELECT attributes::VARCHAR, attributes_rest::VARCHAR, attributes_moved FROM spans"
+    )
+    assert attributes == rest == decoded.spans["attributes"][0].as_py() and moved == 0
+
+
+@pytest.mark.parametrize("setting", ["whole", "split"])
+def test_the_service_decodes_spans_in_the_form_storage_attributes_names(tmp_path: Path, setting: str) -> None:
+    """Through the real receiver and pipeline: whole (the default) stores the text sent with no bit set; split
+    stores less and reads back the same."""
+    overrides = {} if setting == "whole" else {"storage": {"attributes": "split"}}
+    payload = request([span(attributes=VLLM)]).SerializeToString()
+    with RunningService(service_settings(tmp_path / "svc.duckdb", **overrides)) as svc:
+        sent_as = urllib.request.Request(
+            f"{svc.http_url}/v1/traces", data=payload, headers={"Content-Type": "application/x-protobuf"}
+        )
+        with urllib.request.urlopen(sent_as, timeout=HANG_GUARD) as answer:
+            assert answer.status == 200
+        [(attributes, rest, moved)] = svc.rows(
             "SELECT attributes::VARCHAR, attributes_rest::VARCHAR, attributes_moved FROM spans"
         )
-        assert attributes == rest == batch["attributes"][0].as_py() and moved == 0
-    finally:
-        whole.close()
-    settings = load_settings(None, {"db": str(tmp_path / "split.duckdb"), "storage": {"attributes": "split"}}, {})
-    split = open_storage(settings)
-    try:
-        assert isinstance(split, DuckDBStorage)
-        store(split, request([span(attributes=VLLM)]).SerializeToString())
-        assert split.reader.rows("SELECT attributes_moved <> 0 FROM spans") == [(True,)]
-    finally:
-        split.close()
+    whole = decode_traces(payload, Encoding.PROTOBUF).spans
+    assert whole is not None
+    assert typed(json.loads(attributes)) == typed(json.loads(whole["attributes"][0].as_py()))
+    if setting == "whole":
+        assert attributes == rest == whole["attributes"][0].as_py() and moved == 0
+    else:
+        assert moved != 0 and len(rest) < len(attributes)
 
 
 def test_a_value_its_column_does_not_reproduce_stays_as_sent(storage: DuckDBStorage) -> None:
@@ -201,14 +220,31 @@ _KEYS = st.sampled_from([m.key for m in MOVES] + ["gen_ai.request.id", "custom.f
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.dictionaries(_KEYS, _VALUES, max_size=12), min_size=1, max_size=6))
+@given(st.lists(st.dictionaries(_KEYS, _VALUES, max_size=12), min_size=1, max_size=6), st.sampled_from(list(Decoder)))
 def test_every_attribute_of_any_span_reads_back_with_its_kind_and_value(
-    storage: DuckDBStorage, spans: list[dict[str, Any]]
+    storage: DuckDBStorage, spans: list[dict[str, Any]], decoder: Decoder
 ) -> None:
+    if decoder is Decoder.NATIVE and not native_walk.AVAILABLE:
+        decoder = Decoder.PYTHON  # tests/test_native_decoder.py holds the two walks' split equal where both exist
     storage.writer.submit(lambda con: con.execute("DELETE FROM span_rows")).result(timeout=HANG_GUARD)
-    batch = store(storage, request([span(attributes=a) for a in spans]).SerializeToString())
+    batch = store(storage, request([span(attributes=a) for a in spans]).SerializeToString(), decoder)
     got, want = stored_attributes(storage), sent(batch)
     assert got == want, {k: (got[k], want[k]) for k in want if got.get(k) != want[k]}
+
+
+def test_a_batch_split_and_one_whole_commit_together(storage: DuckDBStorage) -> None:
+    """The writer takes both forms in one group: a whole batch (another sink's caller, say) is stored with no
+    bit set."""
+    split = decode_traces(request([span(attributes=VLLM)]).SerializeToString(), Encoding.PROTOBUF,
+                          split_attributes=True).spans  # fmt: skip
+    other = {**VLLM, "gen_ai.request.id": "other"}
+    whole = decode_traces(request([span(attributes=other)]).SerializeToString(), Encoding.PROTOBUF).spans
+    assert split is not None and whole is not None
+    with WriterHold(storage.writer):  # both queued before the writer takes either: one group
+        futures = [storage.sink.try_submit(split), storage.sink.try_submit(whole)]
+    assert all(f is not None and f.result(timeout=HANG_GUARD).inserted == 1 for f in futures)
+    rows = storage.reader.rows("SELECT attributes->>'gen_ai.request.id', attributes_moved <> 0 FROM spans ORDER BY 1")
+    assert rows == [("chatcmpl-1f2e", True), ("other", False)]
 
 
 def test_the_migration_keeps_stored_attributes_whole_both_ways(tmp_path: Path) -> None:
@@ -251,6 +287,11 @@ def test_the_stored_rebuild_is_the_one_the_writer_strips_for(tmp_path: Path) -> 
 def test_moves_are_only_appended() -> None:
     assert tuple(m.key for m in MOVES[: len(FIRST_53)]) == FIRST_53
     assert len({m.key for m in MOVES}) == len(MOVES)
+
+
+def test_no_moved_key_is_one_scores_are_read_from() -> None:
+    """Scores are found in the JSON a split decode stores (collector/decode.py): no score key may be left out."""
+    assert not any(SCORE_HINT.search(f'"{m.key}"'.encode()) for m in MOVES)
 
 
 def test_each_moved_key_is_a_source_normalization_fills_its_column_from() -> None:

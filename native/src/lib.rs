@@ -64,6 +64,7 @@ type WalkResult = (
 
 /// Walk one serialized ExportTraceServiceRequest.
 ///
+/// `left_out`: attribute keys written to the spans' `left_out` column instead of `attributes`.
 /// Returns (spans, span_values, span_json_keys, resource_values, resource_json_keys, rejections);
 /// raises ValueError when the bytes are not a valid request.
 #[pyfunction]
@@ -72,12 +73,13 @@ fn walk_traces(
     payload: &[u8],
     span_keys: Vec<String>,
     resource_keys: Vec<String>,
+    left_out: Vec<String>,
 ) -> PyResult<WalkResult> {
     // Parsing and walking touch no Python object: other threads run meanwhile.
     let walked = py.detach(|| {
         let request = ExportTraceServiceRequest::decode(payload)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        walk::walk(&request, &span_keys, &resource_keys)
+        walk::walk(&request, &span_keys, &resource_keys, &left_out)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     })?;
     Ok((

@@ -4,7 +4,7 @@
 //! It mirrors `collector/span_walk.py` (the reference): the same checks in the same order with the
 //! same explanations, the same JSON, the same gathered columns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -231,6 +231,7 @@ struct Columns {
     service_name: StringBuilder,
     scope_name: StringBuilder,
     attributes: StringBuilder,
+    left_out: StringBuilder,
     resource: StringBuilder,
     events: StringBuilder,
     links: StringBuilder,
@@ -340,11 +341,26 @@ fn attributes_member(text: &mut Vec<u8>, kvs: &[KeyValue]) {
     text.push(b'}');
 }
 
+/// Appends `key: value` to an object being written (`text` holds its opening brace and earlier pairs).
+fn write_pair(text: &mut Vec<u8>, key: &str, value: Option<&AnyValue>) {
+    if text.len() > 1 {
+        text.push(b',');
+    }
+    write_str(text, key);
+    text.push(b':');
+    write_value(text, value, Order::Sorted);
+}
+
+/// `left_out`: the attribute keys written to the `left_out` column (a JSON object of their own, null when a
+/// span has none of them) instead of `attributes` (collector/moved_attributes.py).
 pub fn walk(
     request: &ExportTraceServiceRequest,
     span_keys: &[String],
     resource_keys: &[String],
+    left_out: &[String],
 ) -> Result<Walked, ArrowError> {
+    let left_out: HashSet<&str> = left_out.iter().map(String::as_str).collect();
+    let mut out_text = Vec::with_capacity(256);
     let mut c = Columns::default();
     let mut rejections = Rejections::default();
     let mut span_values = Gatherer::new(span_keys);
@@ -417,17 +433,25 @@ pub fn walk(
                 let attrs = unique_entries(&s.attributes, Order::Sorted);
                 text.clear();
                 text.push(b'{');
-                for (i, (key, value)) in attrs.iter().enumerate() {
-                    if i > 0 {
-                        text.push(b',');
+                out_text.clear();
+                out_text.push(b'{');
+                for (key, value) in &attrs {
+                    if !left_out.is_empty() && left_out.contains(key.as_str()) {
+                        write_pair(&mut out_text, key, *value);
+                    } else {
+                        write_pair(&mut text, key, *value);
                     }
-                    write_str(&mut text, key);
-                    text.push(b':');
-                    write_value(&mut text, *value, Order::Sorted);
                 }
                 text.push(b'}');
                 c.attributes
                     .append_value(std::str::from_utf8(&text).unwrap_or_default());
+                if out_text.len() > 1 {
+                    out_text.push(b'}');
+                    c.left_out
+                        .append_value(std::str::from_utf8(&out_text).unwrap_or_default());
+                } else {
+                    c.left_out.append_null();
+                }
                 span_values.add_row(&attrs);
                 c.resource.append_value(&resource_json);
 
@@ -466,6 +490,7 @@ pub fn walk(
         text_field("service_name", true),
         text_field("scope_name", true),
         text_field("attributes", false),
+        text_field("left_out", true),
         text_field("resource", false),
         text_field("events", true),
         text_field("links", true),
@@ -487,6 +512,7 @@ pub fn walk(
             Arc::new(c.service_name.finish()),
             Arc::new(c.scope_name.finish()),
             Arc::new(c.attributes.finish()),
+            Arc::new(c.left_out.finish()),
             Arc::new(c.resource.finish()),
             Arc::new(c.events.finish()),
             Arc::new(c.links.finish()),

@@ -93,7 +93,6 @@ class DuckDBStorage:
         sql_max_rows: int = 10_000,
         registry: CollectorRegistry | None = None,
         reserve_bytes: int = 0,
-        split_attributes: bool = False,
     ) -> DuckDBStorage:
         """Open (creating if needed) the file, migrate it to the newest schema, start the writer."""
         con = open_database(path, memory_limit=memory_limit, threads=threads, checkpoint_threshold=checkpoint_threshold)
@@ -110,7 +109,6 @@ class DuckDBStorage:
                 dedup_max_spans=dedup_max_spans,
                 metrics=WriterMetrics(registry) if registry is not None else None,
                 reserve_bytes=reserve_bytes,
-                split_attributes=split_attributes,
             )
             writer.start()
         except BaseException:

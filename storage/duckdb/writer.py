@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage.dedup import RecentSpans, first_occurrences, span_keys
 from storage.duckdb.space import DiskSpace
-from storage.duckdb.stored_attributes import insert_spans_sql
+from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
 from storage.group_queue import GroupQueue
 from storage.ports import WriteResult
 
@@ -112,10 +112,8 @@ class Writer:
         metrics: WriterMetrics | None = None,
         clock: Callable[[], float] = time.time,
         reserve_bytes: int = 0,
-        split_attributes: bool = False,
     ) -> None:
         self._con = con
-        self._split_attributes = split_attributes
         self._metrics = metrics
         self._clock = clock
         self._recent = RecentSpans(dedup_window_seconds, dedup_max_spans)
@@ -188,7 +186,7 @@ class Writer:
         now = self._clock()
         try:
             if span_tables:
-                combined = pa.concat_tables(span_tables)
+                combined = pa.concat_tables([with_moved(t) for t in span_tables])
                 keep, keys = self._new_rows(combined)
                 batch = combined.filter(pa.array(keep, pa.bool_()))
             else:
@@ -247,7 +245,7 @@ class Writer:
         try:
             if spans is not None and spans.num_rows:
                 con.register(_BATCH_VIEW, spans)
-                insert = insert_spans_sql(_BATCH_VIEW, tuple(spans.column_names), split=self._split_attributes)
+                insert = insert_spans_sql(_BATCH_VIEW, tuple(spans.column_names))
                 con.execute(insert, [ingested_at])
             if scores is not None and scores.num_rows:
                 stored_scores = _insert_scores(con, scores, ingested_at)

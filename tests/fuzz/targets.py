@@ -32,13 +32,15 @@ def _target(signal: str, encoding: str) -> Callable[[bytes], Decoded]:
     return lambda data: decode(data, Encoding(encoding))
 
 
-def same_decoding(payload: bytes) -> Decoded:
+def same_decoding(payload: bytes, *, split_attributes: bool = False) -> Decoded:
     """Decode with the compiled walk and with the Python reference; they must agree on the batch, the
     scores and the rejections, or both refuse the request (MalformedPayload, raised again here)."""
     outcomes: list[Decoded | MalformedPayload] = []
     for decoder in (Decoder.PYTHON, Decoder.NATIVE):
         try:
-            outcomes.append(decode_traces(payload, Encoding.PROTOBUF, decoder=decoder))
+            outcomes.append(
+                decode_traces(payload, Encoding.PROTOBUF, decoder=decoder, split_attributes=split_attributes)
+            )
         except MalformedPayload as exc:
             outcomes.append(exc)
     reference, native = outcomes
