@@ -39,6 +39,7 @@ PER_COMMIT = 10
 READS = {
     "a moved value": "SELECT count(*) FROM spans WHERE (attributes->>'gen_ai.latency.e2e')::DOUBLE > 1",
     "a kept value": "SELECT count(DISTINCT attributes->>'gen_ai.request.id') FROM spans",
+    "a kept value from attributes_rest": "SELECT count(DISTINCT attributes_rest->>'gen_ai.request.id') FROM spans",
     "the whole JSON": "SELECT sum(length(attributes::VARCHAR)) FROM spans",
 }
 

@@ -39,10 +39,9 @@ class OtelTracesRows(Protocol):
 def walked(rows: pa.Table, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]) -> Walked:
     """The walk's result for rows read from otel_traces: each span is its own resource row."""
     n = rows.num_rows
-    columns = [
-        pa.array(np.arange(n, dtype=np.int32)) if f.name == "resource_index" else rows.column(f.name).cast(f.type)
-        for f in WALK_SCHEMA
-    ]
+    # Nothing is left out of the attributes (ClickHouse stores them whole).
+    made = {"resource_index": pa.array(np.arange(n, dtype=np.int32)), "left_out": pa.nulls(n, pa.string())}
+    columns = [made[f.name] if f.name in made else rows.column(f.name).cast(f.type) for f in WALK_SCHEMA]
     batch = pa.RecordBatch.from_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns],
                                        schema=WALK_SCHEMA)  # fmt: skip
 

@@ -191,9 +191,10 @@ class StorageSettings(_Section):
     )
     threads: int = Field(2, ge=1, le=256, description="DuckDB worker threads.")
     attributes: Literal["whole", "split"] = Field(
-        "whole",
-        description="How new spans' attributes are stored (DuckDB). whole: as sent. split: the values a canonical "
-        "column holds exactly are stored once, in the column (about 0.6 of the bytes).",
+        "split",
+        description="How new spans' attributes are stored (DuckDB). split: the values a canonical column holds "
+        "exactly are stored once, in the column (about 0.6 of the bytes, and faster ingest). whole: as sent, "
+        "the raw text kept byte for byte.",
     )
     detection_memory_mb: int = Field(
         256,

@@ -141,10 +141,15 @@ def test_the_reserve_takes_at_most_half_the_free_space_and_is_given_up_whole(tmp
     assert DiskSpace(tmp_path, reserve=reserve, reserve_bytes=0).keep_reserve() == 0
 
 
-def test_without_a_reserve_a_retention_that_cannot_checkpoint_fails_once_and_nothing_hangs(small_disk: Path) -> None:
-    """No reserve (storage.reserve_mb: 0) and a disk full to the last block: retention's checkpoint has no room,
-    and DuckDB invalidates the database. The writer survives it: retention fails instead of waiting forever,
-    spans are refused as retryable, /readyz is 503 until a restart, and the service stops cleanly."""
+@pytest.mark.parametrize("attributes", ["whole", "split"])
+def test_without_a_reserve_a_retention_that_cannot_write_fails_once_and_nothing_hangs(
+    small_disk: Path, attributes: str
+) -> None:
+    """No reserve (storage.reserve_mb: 0) and a disk full to the last block: retention has no room. Where the disk
+    ends decides which write fails. With whole attributes here it is the checkpoint, and DuckDB invalidates the
+    database; with split ones the DELETE's own WAL write, a plain transaction error, and then the closing
+    checkpoint. Either way the writer survives it: retention fails instead of waiting forever, spans are
+    refused as retryable, /readyz is 503, and the service stops cleanly."""
     now_ns = int(datetime.now(UTC).timestamp() * 1e9)
     old = now_ns - 9 * 86_400 * 10**9
 
@@ -152,7 +157,8 @@ def test_without_a_reserve_a_retention_that_cannot_checkpoint_fails_once_and_not
         attrs = {"gen_ai.request.model": "m", "payload": f"{i}-" + os.urandom(600).hex()}
         return request([span(start=start, attributes=attrs) for _ in range(BATCH)]).SerializeToString()
 
-    with RunningService(service_settings(small_disk / "tailwatch.duckdb", storage={"reserve_mb": 0})) as svc:
+    storage = {"reserve_mb": 0, "attributes": attributes}
+    with RunningService(service_settings(small_disk / "tailwatch.duckdb", storage=storage)) as svc:
         i = 0
         while post(svc, aged(i, old))[0] == 200:
             i += 1
@@ -162,7 +168,8 @@ def test_without_a_reserve_a_retention_that_cannot_checkpoint_fails_once_and_not
         retention.start()
         retention.join(HANG_GUARD)
         assert not retention.is_alive(), "retention hung"
-        assert isinstance(outcome[0], duckdb.FatalException)
+        failure = duckdb.FatalException if attributes == "whole" else duckdb.TransactionException
+        assert isinstance(outcome[0], failure)
         assert ready(svc) == 503
         assert post(svc, aged(i, now_ns)) == (503, "1")
 

@@ -162,11 +162,11 @@ def test_a_batch_decoded_whole_is_stored_as_sent_with_nothing_moved(storage: Duc
     assert attributes == rest == decoded.spans["attributes"][0].as_py() and moved == 0
 
 
-@pytest.mark.parametrize("setting", ["whole", "split"])
-def test_the_service_decodes_spans_in_the_form_storage_attributes_names(tmp_path: Path, setting: str) -> None:
-    """Through the real receiver and pipeline: whole (the default) stores the text sent with no bit set; split
+@pytest.mark.parametrize("setting", ["whole", "split", None])
+def test_the_service_decodes_spans_in_the_form_storage_attributes_names(tmp_path: Path, setting: str | None) -> None:
+    """Through the real receiver and pipeline: whole stores the text sent with no bit set; split (the default)
     stores less and reads back the same."""
-    overrides = {} if setting == "whole" else {"storage": {"attributes": "split"}}
+    overrides = {} if setting is None else {"storage": {"attributes": setting}}
     payload = request([span(attributes=VLLM)]).SerializeToString()
     with RunningService(service_settings(tmp_path / "svc.duckdb", **overrides)) as svc:
         sent_as = urllib.request.Request(

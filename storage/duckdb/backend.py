@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
 from storage.duckdb.retention import delete_expired
 from storage.duckdb.scrape_health import DuckDBScrapeHealth
 from storage.duckdb.writer import Writer, WriterMetrics
+
+log = logging.getLogger(__name__)
 
 
 class DuckDBRetention:
@@ -133,5 +136,9 @@ class DuckDBStorage:
         self._closed = True
         self.writer.close()
         if self.writer.invalidated is None:  # an invalidated database refuses the checkpoint; its WAL replays
-            self.connection.execute("CHECKPOINT")
+            try:
+                self.connection.execute("CHECKPOINT")
+            except duckdb.Error as exc:
+                # A full disk, say: what was committed is in the WAL, which the next start replays.
+                log.warning("the closing checkpoint failed (the WAL replays at the next start): %s", exc)
         self.connection.close()

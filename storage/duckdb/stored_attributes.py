@@ -4,8 +4,8 @@ With `storage.attributes: split` the decoder leaves out of a span's `attributes`
 column holds exactly, and says which in `attributes_moved`, one bit per entry of `MOVES`
 (collector/moved_attributes.py, where "exactly" is defined). The writer stores them as they come, in
 `attributes_rest` and `attributes_moved`; `spans` is a view over the stored rows (`span_rows`) whose
-`attributes` puts the moved values back from their columns. A batch decoded whole (the default) has no
-`attributes_moved` and is stored with no bit set.
+`attributes` puts the moved values back from their columns. A batch decoded whole (`storage.attributes:
+whole`, or another caller's) has no `attributes_moved` and is stored with no bit set.
 
 What an analyst reads does not change: `->`, `->>` and every JSON function answer as they would of the
 JSON as sent. What changes is the raw text of `attributes`: the moved keys come after the others, and
