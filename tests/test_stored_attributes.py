@@ -87,12 +87,12 @@ FIRST_53 = (
 
 
 def typed(value: Any) -> Any:
-    """A parsed JSON value with its kinds kept apart: 2 and 2.0 (and True and 1) differ."""
+    """A parsed JSON value with its kinds kept apart: 2 and 2.0 (and True and 1, and 0.0 and -0.0) differ."""
     if isinstance(value, dict):
         return {k: typed(v) for k, v in value.items()}
     if isinstance(value, list):
         return [typed(v) for v in value]
-    return (type(value).__name__, value)
+    return (type(value).__name__, repr(value) if isinstance(value, float) else value)
 
 
 def stored_attributes(storage: DuckDBStorage) -> dict[str, Any]:
@@ -188,9 +188,11 @@ def test_the_service_decodes_spans_in_the_form_storage_attributes_names(tmp_path
 
 def test_a_value_its_column_does_not_reproduce_stays_as_sent(storage: DuckDBStorage) -> None:
     """A latency sent as an integer (the column holds 2000.0), the key that lost to a higher-priority one,
-    text the column trimmed or lower-cased, and a count sent as text: each is kept in the rest."""
+    text the column trimmed or lower-cased, a count sent as text, and -0.0 where the column holds 0.0 (equal
+    as numbers, not as JSON): each is kept in the rest."""
     attributes = {
         "gen_ai.latency.e2e": 2,
+        "llm.vllm.cache_hit_ratio": -0.0,
         "gen_ai.usage.input_tokens": 40,
         "gen_ai.usage.prompt_tokens": 41,
         "gen_ai.request.model": "llama ",
