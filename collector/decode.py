@@ -260,7 +260,7 @@ def _scores(
     end: int,
 ) -> list[Score]:
     """A span's scores: from its attributes (on the span it judges, for a linked evaluator span) and events.
-    No score key is ever left out of `attrs_json` (tests/test_moved_attributes.py), so the hint reads it alone."""
+    No score key is ever left out of `attrs_json` (tests/test_stored_attributes.py), so the hint reads it alone."""
     raw = attrs_json.encode()
     found: list[Score] = []
     if SCORE_HINT.search(raw):

@@ -31,8 +31,8 @@ ZERO_SPAN = bytes(8)
 
 # The walk's span columns, in order: the stored columns a span carries itself, then the index of its
 # resource among the request's resources (for the per-resource gathered keys). `left_out` holds the
-# attributes the walk was asked to leave out of `attributes` (collector/moved_attributes.py), as a JSON
-# object of their own; null when a span has none of them.
+# attributes the walk was asked to leave out of `attributes` (collector/moved_attributes.py) that hold a
+# value, as a JSON object of their own; null when a span has none of them.
 WALK_SCHEMA = pa.schema(
     [
         ("trace_id", pa.string()),
@@ -157,7 +157,8 @@ def _walk(
                 services.append(service)
                 scopes.append(scope)
                 # Sorted, so that equal attribute sets are equal text whatever order they were sent in.
-                out = left_out.intersection(attrs) if left_out else None
+                # A key without a value is not gathered, so the split could not tell it was here: it stays.
+                out = {k for k in left_out.intersection(attrs) if attrs[k] is not None} if left_out else None
                 if out:
                     attributes.append(
                         dumps({k: v for k, v in attrs.items() if k not in out}, option=sort_keys).decode()

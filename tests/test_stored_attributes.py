@@ -188,10 +188,11 @@ def test_the_service_decodes_spans_in_the_form_storage_attributes_names(tmp_path
 
 def test_a_value_its_column_does_not_reproduce_stays_as_sent(storage: DuckDBStorage) -> None:
     """A latency sent as an integer (the column holds 2000.0), the key that lost to a higher-priority one,
-    text the column trimmed or lower-cased, a count sent as text, and -0.0 where the column holds 0.0 (equal
-    as numbers, not as JSON): each is kept in the rest."""
+    text the column trimmed or lower-cased, a count sent as text, a key sent without a value, and -0.0 where
+    the column holds 0.0 (equal as numbers, not as JSON): each is kept in the rest."""
     attributes = {
         "gen_ai.latency.e2e": 2,
+        "gen_ai.latency.time_in_queue": None,
         "llm.vllm.cache_hit_ratio": -0.0,
         "gen_ai.usage.input_tokens": 40,
         "gen_ai.usage.prompt_tokens": 41,
@@ -211,6 +212,7 @@ _EDGE_FLOATS = st.one_of(
     st.sampled_from([0.0, -0.0, 1e-7, 5e-324, 1e15, 1e16, 4.4905636302700855e19, 0.1, 1.5, 2.0]),
 )
 _VALUES = st.one_of(
+    st.none(),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     _EDGE_FLOATS,
     st.booleans(),

@@ -352,7 +352,7 @@ fn write_pair(text: &mut Vec<u8>, key: &str, value: Option<&AnyValue>) {
 }
 
 /// `left_out`: the attribute keys written to the `left_out` column (a JSON object of their own, null when a
-/// span has none of them) instead of `attributes` (collector/moved_attributes.py).
+/// span has none of them) instead of `attributes` when they hold a value (collector/moved_attributes.py).
 pub fn walk(
     request: &ExportTraceServiceRequest,
     span_keys: &[String],
@@ -436,7 +436,11 @@ pub fn walk(
                 out_text.clear();
                 out_text.push(b'{');
                 for (key, value) in &attrs {
-                    if !left_out.is_empty() && left_out.contains(key.as_str()) {
+                    // A key without a value is not gathered, so the split could not tell it was here.
+                    if !left_out.is_empty()
+                        && left_out.contains(key.as_str())
+                        && held(*value).is_some()
+                    {
                         write_pair(&mut out_text, key, *value);
                     } else {
                         write_pair(&mut text, key, *value);
