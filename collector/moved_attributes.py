@@ -103,7 +103,8 @@ if len(MOVES) > 64:
 if not all(re.fullmatch(r"[A-Za-z0-9_.]+", m.key) for m in MOVES):
     raise RuntimeError("a MOVES key needs escaping")
 
-_BIT = {m.key: np.uint64(1 << i) for i, m in enumerate(MOVES)}
+# Each move's bit in `attributes_moved`: bit i is MOVES[i].
+BITS = {m.key: 1 << i for i, m in enumerate(MOVES)}
 
 
 @cache  # once per plan
@@ -127,7 +128,7 @@ def split(
         gathered = span_values.get(m.key)
         if gathered is None:
             continue
-        bit = _BIT[m.key]
+        bit = np.uint64(BITS[m.key])
         present |= np.where(pc.is_valid(gathered.values).to_numpy(zero_copy_only=False), bit, np.uint64(0))
         same = _same(gathered, columns[m.column], m.per)
         if same is not None:
@@ -163,6 +164,6 @@ def _written_back(rest: str, pairs: str, kept: int) -> str:
     """`rest` with the left-out pairs whose bit is in `kept`, as the walk wrote them, before its closing brace."""
     values = orjson.loads(pairs)
     written = ",".join(
-        f"{orjson.dumps(k).decode()}:{orjson.dumps(v).decode()}" for k, v in values.items() if kept & int(_BIT[k])
+        f"{orjson.dumps(k).decode()}:{orjson.dumps(v).decode()}" for k, v in values.items() if kept & BITS[k]
     )
     return f"{{{written}}}" if rest == "{}" else f"{rest[:-1]},{written}}}"

@@ -23,11 +23,11 @@ from functools import cache
 import pyarrow as pa
 
 from collector.model import MOVED
-from collector.moved_attributes import MOVES, Move
+from collector.moved_attributes import BITS, MOVES, Move
 
 # The physical columns behind `spans.attributes`: DuckDB's own storage, not part of the request model
 # another backend stores.
-STORED_ONLY = ("attributes_rest", "attributes_moved")
+STORED_ONLY = ("attributes_rest", MOVED.name)
 # The table `spans` is a view of, and what writes go to. Not a virtual column of one table: DuckDB
 # evaluates a virtual column on every INSERT to check it, nearly half the cost of inserting a span.
 SPAN_ROWS = "span_rows"
@@ -36,10 +36,6 @@ SPAN_ROWS = "span_rows"
 def _value_sql(move: Move) -> str:
     """The attribute's value as its column gives it back."""
     return f"{move.column} / {move.per}" if move.per != 1 else move.column
-
-
-def _bit(index: int) -> int:
-    return 1 << index
 
 
 @cache  # one statement per batch shape, not one built per commit
@@ -66,8 +62,8 @@ def rebuild_sql() -> str:
     """The `spans` view's `attributes`: `attributes_rest` with every moved value written back from its column, as text
     (no JSON parse): the rest's closing brace gives way to the moved pairs."""
     pairs = ", ".join(
-        f"CASE WHEN attributes_moved & {_bit(i)} <> 0 THEN '\"{m.key}\":' || to_json({_value_sql(m)})::VARCHAR END"
-        for i, m in enumerate(MOVES)
+        f"CASE WHEN attributes_moved & {BITS[m.key]} <> 0 THEN '\"{m.key}\":' || to_json({_value_sql(m)})::VARCHAR END"
+        for m in MOVES
     )
     rest = "attributes_rest::VARCHAR"
     opening = f"CASE WHEN {rest} = '{{}}' THEN '{{' ELSE left({rest}, -1) || ',' END"
