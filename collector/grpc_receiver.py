@@ -12,9 +12,15 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from collector.decode import Encoding, Signal
-from collector.errors import STATUS, ExportError, Overloaded
+from collector.errors import STATUS, ExportError, Overloaded, Unavailable
 from collector.pipeline import IngestPipeline
 from collector.responses import error_status, export_response
+
+# Stopping waits until this many looks, this far apart, have seen no call handed over (counted in looks,
+# not time, so one long stall of a loaded event loop does not pass for quiet), or at most the last figure.
+QUIET_LOOKS = 5
+LOOK_SECONDS = 0.01
+HANDOVER_WAIT_SECONDS = 2.0
 
 SERVICES = {
     Signal.TRACES: "opentelemetry.proto.collector.trace.v1.TraceService",
@@ -43,6 +49,8 @@ class GrpcReceiver:
         # Collector's drops the batch). Past this, the call is refused as overloaded, with the retry hint.
         self._limit = max_concurrent_requests * 2
         self._active = 0
+        self._stopping = False
+        self._handed_over = 0
         self._server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
@@ -68,12 +76,31 @@ class GrpcReceiver:
         await self._server.start()
 
     async def stop(self, grace: float) -> None:
-        """Stop taking RPCs and wait up to `grace` seconds for the running ones to answer."""
+        """Refuse new RPCs as retryable, then stop gRPC and wait up to `grace` seconds for the running ones.
+
+        gRPC core answers CANCELLED to every call it has received but not yet handed to a handler
+        when the server stops, and under load the event loop lags behind the calls arriving. So
+        first, calls handed over are refused with UNAVAILABLE and a retry hint, until none has been
+        handed over for a moment: that empties gRPC's backlog into answers every exporter retries.
+        A call that arrives in the last instant is still cancelled; OTLP exporters retry those too.
+        """
+        self._stopping = True
+        loop = asyncio.get_running_loop()
+        until = loop.time() + min(grace, HANDOVER_WAIT_SECONDS)
+        quiet, seen = 0, self._handed_over
+        while quiet < QUIET_LOOKS and loop.time() < until:
+            await asyncio.sleep(LOOK_SECONDS)
+            quiet, seen = (quiet + 1, seen) if self._handed_over == seen else (0, self._handed_over)
         await self._server.stop(grace)
 
     def _exporter(self, signal: Signal) -> Callable[[bytes, grpc.aio.ServicerContext[bytes, bytes]], Awaitable[bytes]]:
         async def export(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             try:
+                if self._stopping:
+                    self._handed_over += 1
+                    raise self._pipeline.count_refusal(
+                        signal, "grpc", Unavailable("Tailwatch is stopping; retry later")
+                    )
                 if self._active >= self._limit:
                     raise self._pipeline.count_refusal(
                         signal, "grpc", Overloaded(f"more than {self._limit} OTLP/gRPC requests at once; retry later")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from receivers import NATIVE_INSTALL, in_ci, require_or_skip
+from waiting import HANG_GUARD
 
 import collector.decode
 from collector import native_walk
@@ -38,9 +41,24 @@ class RunningService:
 
     def stop(self) -> None:
         if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self.service.shutdown(), self._loop).result(timeout=60)
+            self.begin_shutdown().result(timeout=60)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+
+    def begin_shutdown(self) -> concurrent.futures.Future[None]:
+        """Queue the service's shutdown on its event loop, as SIGTERM does; the future ends with it."""
+        return asyncio.run_coroutine_threadsafe(self.service.shutdown(), self._loop)
+
+    def busy_loop(self, seconds: float) -> None:
+        """Keep the service's event loop busy for `seconds` (as a loaded one is), from the moment this returns."""
+        started = threading.Event()
+
+        def busy() -> None:
+            started.set()
+            time.sleep(seconds)
+
+        self._loop.call_soon_threadsafe(busy)
+        assert started.wait(HANG_GUARD), "the event loop never ran the busy stretch"
 
     @property
     def grpc_target(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 
 import grpc
 import pytest
@@ -122,6 +123,30 @@ def test_overload_is_unavailable_with_retry_info_and_nothing_is_lost(db_path) ->
         assert (
             svc.metric("tailwatch_export_requests_total", transport="grpc", signal="traces", outcome="overloaded") == 1
         )
+
+
+def test_calls_grpc_has_not_yet_handed_over_when_the_service_stops_are_refused_as_retryable_not_cancelled(
+    db_path,
+) -> None:
+    """gRPC core cancels, at stop, every call it has received but not yet handed to a handler, and
+    under load the event loop lags behind arriving calls. CANCELLED is a status an exporter may take
+    for its own doing; the service must answer those calls UNAVAILABLE with a retry hint instead."""
+    with RunningService(service_settings(db_path)) as svc, grpc.insecure_channel(svc.grpc_target) as channel:
+        call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+        call(request([span()]).SerializeToString(), timeout=HANG_GUARD)  # the connection is up before the stretch
+        svc.busy_loop(0.5)  # the calls below arrive while no handler can take them
+        pending = [call.future(request([span()]).SerializeToString(), timeout=HANG_GUARD) for _ in range(20)]
+        stopped = svc.begin_shutdown()  # SIGTERM, queued behind the busy stretch
+        errors = [p.exception(timeout=HANG_GUARD) for p in pending]
+        stopped.result(timeout=HANG_GUARD)
+
+    codes = Counter(err.code() if isinstance(err, grpc.RpcError) else err for err in errors)
+    assert set(codes) <= {None, grpc.StatusCode.UNAVAILABLE}, f"not an ack or a retryable refusal: {codes}"
+    stopping = [err for err in errors if isinstance(err, grpc.RpcError) and "stopping" in err.details()]
+    assert stopping, "no call was waiting inside gRPC at the stop: the test did not reach the case it pins"
+    details = status_details(stopping[0])
+    retry = error_details_pb2.RetryInfo()
+    assert details is not None and details.details[0].Unpack(retry)
 
 
 @pytest.mark.parametrize("workers", [1])
