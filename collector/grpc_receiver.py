@@ -90,7 +90,10 @@ class GrpcReceiver:
         quiet, seen = 0, self._handed_over
         while quiet < QUIET_LOOKS and loop.time() < until:
             await asyncio.sleep(LOOK_SECONDS)
-            quiet, seen = (quiet + 1, seen) if self._handed_over == seen else (0, self._handed_over)
+            if self._handed_over == seen:
+                quiet += 1
+            else:
+                quiet, seen = 0, self._handed_over
         await self._server.stop(grace)
 
     def _exporter(self, signal: Signal) -> Callable[[bytes, grpc.aio.ServicerContext[bytes, bytes]], Awaitable[bytes]]:
