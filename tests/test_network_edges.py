@@ -16,7 +16,7 @@ import pytest
 from builders import request, span
 from conftest import RunningService, service_settings
 from google.rpc import error_details_pb2, status_pb2
-from waiting import HANG_GUARD
+from waiting import HANG_GUARD, WriterHold, wait_until
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 SHORT = {"http_idle_timeout_seconds": 0.5, "http_read_timeout_seconds": 0.5}
@@ -133,6 +133,27 @@ def test_a_burst_of_grpc_calls_past_the_concurrency_limit_is_refused_as_retryabl
             assert any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in status.details), status
         stored = svc.rows("SELECT count(*) FROM spans")[0][0]
         assert stored == 200 * (len(bodies) - len(refused))
+
+
+def test_grpc_admits_twice_max_concurrent_requests_at_once_and_refuses_the_next_as_overloaded(db_path: Path) -> None:
+    """`max_concurrent_requests` bounds each receiver's requests being processed; gRPC's receiver admits
+    twice it (docs/configuration.md), so calls waiting on a held writer fill exactly that many slots."""
+    with RunningService(service_settings(db_path, ingest={"max_concurrent_requests": 2})) as svc:
+        bodies = [request([span()]).SerializeToString() for _ in range(5)]
+        with grpc.insecure_channel(svc.grpc_target) as ch:
+            export = ch.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+            with WriterHold(svc.service.writer):
+                admitted = [export.future(body, timeout=HANG_GUARD) for body in bodies[:4]]
+                wait_until(
+                    lambda: svc.metric("tailwatch_spans_received_total", transport="grpc") == 4,
+                    "the four admitted calls to be received",
+                )
+                with pytest.raises(grpc.RpcError) as refused:
+                    export(bodies[4], timeout=HANG_GUARD)
+            assert [call.exception(timeout=HANG_GUARD) for call in admitted] == [None] * 4
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert "more than 4 OTLP/gRPC requests" in refused.value.details()  # type: ignore[attr-defined]
+        assert svc.rows("SELECT count(*) FROM spans") == [(4,)]
 
 
 def test_grpc_calls_that_never_half_close_are_answered_and_hold_no_slot(db_path: Path) -> None:
