@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from collector.derived_columns import DERIVATIONS
 from collector.model import LLM_FIELDS, LLM_TYPES
 
 # ---------------------------------------------------------------------------------------------------
@@ -448,26 +449,10 @@ def normalize_batch(plan: Plan, batch: SpanBatch) -> tuple[dict[str, pa.Array], 
 
     null_f = pa.scalar(None, pa.float64())
     columns["e2e_ms"] = pc.coalesce(columns["e2e_ms"], pc.if_else(is_llm, batch.durations_ms, null_f))
-    out = columns["output_tokens"]
-    per_token = pc.subtract(_as_float(out), 1.0)
-    enough = pc.fill_null(pc.greater_equal(out, 2), False)
-    from_decode = pc.divide(columns["decode_ms"], per_token)
-    e2e, ttft = columns["e2e_ms"], columns["ttft_ms"]
-    from_e2e = pc.if_else(pc.greater_equal(e2e, ttft), pc.divide(pc.subtract(e2e, ttft), per_token), null_f)
-    columns["tpot_ms"] = pc.coalesce(columns["tpot_ms"], pc.if_else(enough, pc.coalesce(from_decode, from_e2e), null_f))
-    cached, prompt = columns["cached_input_tokens"], columns["input_tokens"]
-    ratio = pc.divide(_as_float(cached), _as_float(prompt))
-    ratio = pc.min_element_wise(pc.max_element_wise(ratio, 0.0, skip_nulls=False), 1.0, skip_nulls=False)
-    columns["cache_hit_ratio"] = pc.coalesce(
-        columns["cache_hit_ratio"], pc.if_else(pc.fill_null(pc.greater(prompt, 0), False), ratio, null_f)
-    )
+    # A value the source sent wins over the rule (collector/derived_columns.py).
+    for derivation in DERIVATIONS:
+        columns[derivation.column] = pc.coalesce(columns[derivation.column], derivation.arrow(columns))
     return columns, is_llm, role
-
-
-def _as_float(counts: pa.Array) -> pa.Array:
-    # A count past 2^53 has no exact float; for a per-token time or a ratio the nearest one is right,
-    # where Arrow's checked cast would fail the whole request.
-    return pc.cast(counts, pa.float64(), safe=False)
 
 
 def _coalesce(candidates: list[pa.Array], typ: pa.DataType, n: int) -> pa.Array:

@@ -1,0 +1,110 @@
+"""Canonical columns normalization derives from other columns when the source sent no value of its own.
+
+Each rule is written twice, once over Arrow for the decoder and once in SQL for DuckDB, because DuckDB
+(`storage.attributes: split`) does not store a derived value: it stores NULL with the rule's bit set in
+`columns_derived` and the `spans` view derives the value again when read (~7 bytes a span each, an eighth
+of a stored span). `leave_derived` sets the bit only where the SQL gives back the stored value bit for bit:
+where the value equals its rule's Arrow result and every input is NULL or finite (DuckDB orders NaN above
+every number, where Arrow's comparisons with NaN are false). tests/test_derived_columns.py holds the two
+forms equal.
+
+`DERIVATIONS` is append-only: a stored bit means its entry forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_NULL_F = pa.scalar(None, pa.float64())
+
+
+def as_float(counts: pa.Array) -> pa.Array:
+    """A count as a float, as a ratio or a per-token time needs it."""
+    # A count past 2^53 has no exact float; for a per-token time or a ratio the nearest one is right,
+    # where Arrow's checked cast would fail the whole request. DuckDB's BIGINT → DOUBLE rounds the same way.
+    return pc.cast(counts, pa.float64(), safe=False)
+
+
+def tpot_ms(columns: Mapping[str, pa.Array]) -> pa.Array:
+    """Decode time over the tokens after the first, else (e2e − ttft) over them; NULL below two output tokens."""
+    out = columns["output_tokens"]
+    per_token = pc.subtract(as_float(out), 1.0)
+    enough = pc.fill_null(pc.greater_equal(out, 2), False)
+    from_decode = pc.divide(columns["decode_ms"], per_token)
+    e2e, ttft = columns["e2e_ms"], columns["ttft_ms"]
+    from_e2e = pc.if_else(pc.greater_equal(e2e, ttft), pc.divide(pc.subtract(e2e, ttft), per_token), _NULL_F)
+    return pc.if_else(enough, pc.coalesce(from_decode, from_e2e), _NULL_F)
+
+
+def cache_hit_ratio(columns: Mapping[str, pa.Array]) -> pa.Array:
+    """Cached prompt tokens over prompt tokens, clamped to 0..1; NULL without a positive prompt."""
+    prompt = columns["input_tokens"]
+    ratio = pc.divide(as_float(columns["cached_input_tokens"]), as_float(prompt))
+    ratio = pc.min_element_wise(pc.max_element_wise(ratio, 0.0, skip_nulls=False), 1.0, skip_nulls=False)
+    return pc.if_else(pc.fill_null(pc.greater(prompt, 0), False), ratio, _NULL_F)
+
+
+_AFTER_FIRST_SQL = "(output_tokens::DOUBLE - 1.0)"
+
+
+@dataclass(frozen=True)
+class Derivation:
+    column: str
+    inputs: tuple[str, ...]  # the float columns the rule reads (counts are always finite)
+    arrow: Callable[[Mapping[str, pa.Array]], pa.Array]
+    sql: str  # the same rule over the stored columns
+
+
+DERIVATIONS: tuple[Derivation, ...] = (
+    Derivation(
+        "tpot_ms",
+        ("decode_ms", "e2e_ms", "ttft_ms"),
+        tpot_ms,
+        f"CASE WHEN output_tokens >= 2 THEN coalesce(decode_ms / {_AFTER_FIRST_SQL}, CASE WHEN e2e_ms >= ttft_ms "
+        f"THEN (e2e_ms - ttft_ms) / {_AFTER_FIRST_SQL} END) END",
+    ),
+    Derivation(
+        "cache_hit_ratio",
+        (),
+        cache_hit_ratio,
+        "CASE WHEN input_tokens > 0 THEN least(greatest(cached_input_tokens::DOUBLE / input_tokens::DOUBLE, 0.0), "
+        "1.0) END",
+    ),
+)
+if len(DERIVATIONS) > 8:
+    raise RuntimeError("columns_derived is 8 bits: DERIVATIONS needs a wider column first")
+
+# Each derivation's bit in `columns_derived`: bit i is DERIVATIONS[i].
+DERIVED_BITS = {d.column: 1 << i for i, d in enumerate(DERIVATIONS)}
+
+
+def read_sql(derivation: Derivation) -> str:
+    """The column as the `spans` view reads it: derived where its bit is set, else as stored."""
+    bit = DERIVED_BITS[derivation.column]
+    return f"CASE WHEN columns_derived & {bit} <> 0 THEN {derivation.sql} ELSE {derivation.column} END"
+
+
+def leave_derived(columns: Mapping[str, pa.Array]) -> tuple[dict[str, pa.Array], pa.Array]:
+    """The columns with every value its rule gives back replaced by NULL, and `columns_derived`."""
+    n = len(columns["tpot_ms"])
+    bits = np.zeros(n, np.uint8)
+    out = dict(columns)
+    for d in DERIVATIONS:
+        value = columns[d.column].to_numpy(zero_copy_only=False)
+        again = d.arrow(columns).to_numpy(zero_copy_only=False)
+        same = np.isfinite(value) & (value.view(np.int64) == again.view(np.int64))
+        for name in d.inputs:
+            given = columns[name]
+            same &= np.isfinite(given.to_numpy(zero_copy_only=False)) | ~pc.is_valid(given).to_numpy(
+                zero_copy_only=False
+            )
+        if not same.any():
+            continue
+        bits |= np.where(same, np.uint8(DERIVED_BITS[d.column]), np.uint8(0))
+        out[d.column] = pc.if_else(pa.array(same), _NULL_F, columns[d.column])
+    return out, pa.array(bits, pa.uint8())
