@@ -23,9 +23,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collector import native_walk, otlp_json, span_walk
 from collector.anyvalue import attributes_dict
 from collector.decode_metrics import metric_points, parse_metrics
+from collector.derived_columns import leave_derived
 from collector.engine_names import EngineNames
 from collector.errors import MalformedPayload
-from collector.model import MAX_TIME_NS, MOVED, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from collector.model import DERIVED, MAX_TIME_NS, MOVED, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from collector.moved_attributes import left_out, split
 from collector.normalize import (
     FIELDS,
@@ -237,11 +238,17 @@ def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Dec
         ),
     )
     stored = [spans[name] for name in spans.schema.names if name not in _WALK_ONLY]
-    table = pa.Table.from_arrays([*stored, is_llm, roles, *(llm[name] for name in FIELDS)], schema=SPAN_BATCH_SCHEMA)
+    extra: list[tuple[pa.Field, pa.Array]] = []
     if split_attributes:
-        rest, moved = split(attributes, left_out_json, walked.span_values, llm)
-        table = table.set_column(table.schema.get_field_index("attributes"), "attributes", rest)
-        table = table.append_column(MOVED, moved)
+        # The moves compare sent values with the columns as normalized, before derived ones are left out.
+        attributes, moved = split(attributes, left_out_json, walked.span_values, llm)
+        llm, derived = leave_derived(llm)
+        extra = [(MOVED, moved), (DERIVED, derived)]
+        stored = [attributes if name == "attributes" else spans[name] for name in spans.schema.names
+                  if name not in _WALK_ONLY]  # fmt: skip
+    table = pa.Table.from_arrays([*stored, is_llm, roles, *(llm[name] for name in FIELDS)], schema=SPAN_BATCH_SCHEMA)
+    for added, column in extra:
+        table = table.append_column(added, column)
     return Decoded(Signal.TRACES, table, score_table(scores), walked.rejections)
 
 

@@ -39,6 +39,7 @@ SQL_TYPES: dict[pa.DataType, str] = {
     pa.bool_(): "BOOLEAN",
     pa.timestamp("ns"): "TIMESTAMP",
     pa.uint64(): "UBIGINT",
+    pa.uint8(): "UTINYINT",
 }
 
 
@@ -142,6 +143,8 @@ SPAN_COLUMNS: tuple[Column, ...] = (
            "`attributes`).", Origin.STORAGE, stored_as="JSON"),
     Column("attributes_moved", pa.uint64(), None, "One bit for each attribute `attributes` writes back from its "
            "canonical column (DuckDB's storage of `attributes`).", Origin.STORAGE),
+    Column("columns_derived", pa.uint8(), None, "One bit for each of tpot_ms and cache_hit_ratio the view derives "
+           "when read (stored NULL; collector/derived_columns.py).", Origin.STORAGE),
 )  # fmt: skip
 
 # `span_scores`: one row per quality score, keyed by the judged span.
@@ -195,6 +198,8 @@ SPAN_BATCH_SCHEMA = batch_schema(SPAN_COLUMNS)
 # What a decoder asked to split attributes adds to SPAN_BATCH_SCHEMA (collector/moved_attributes.py): which
 # attributes its `attributes` leaves out because their columns hold them. A batch without it left none out.
 MOVED = pa.field("attributes_moved", pa.uint64())
+# And which derived columns it stored as NULL for the reader to derive (collector/derived_columns.py).
+DERIVED = pa.field("columns_derived", pa.uint8())
 SCORE_BATCH_SCHEMA = batch_schema(SCORE_COLUMNS)
 ENGINE_METRIC_BATCH_SCHEMA = batch_schema(ENGINE_METRIC_COLUMNS)
 

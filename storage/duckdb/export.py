@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from storage.duckdb.stored_attributes import STORED_ONLY
+
 DATASET_SQL = {
-    # `attributes` whole, not how it is stored (storage/duckdb/stored_attributes.py).
-    "spans": "SELECT * EXCLUDE (attributes_rest, attributes_moved), end_time::DATE AS date FROM spans "
+    # `attributes` and the derived columns as read, not how they are stored (storage/duckdb/stored_attributes.py).
+    "spans": f"SELECT * EXCLUDE ({', '.join(STORED_ONLY)}), end_time::DATE AS date FROM spans "
     "WHERE end_time >= $since AND end_time < $until",
     "requests": "SELECT *, end_time::DATE AS date FROM llm_requests_between($since, $until)",
     "scores": """

@@ -22,12 +22,12 @@ from functools import cache
 
 import pyarrow as pa
 
-from collector.model import MOVED
+from collector.model import DERIVED, MOVED
 from collector.moved_attributes import BITS, MOVES, Move
 
 # The physical columns behind `spans.attributes`: DuckDB's own storage, not part of the request model
 # another backend stores.
-STORED_ONLY = ("attributes_rest", MOVED.name)
+STORED_ONLY = ("attributes_rest", MOVED.name, DERIVED.name)
 # The table `spans` is a view of, and what writes go to. Not a virtual column of one table: DuckDB
 # evaluates a virtual column on every INSERT to check it, nearly half the cost of inserting a span.
 SPAN_ROWS = "span_rows"
@@ -42,11 +42,11 @@ def _value_sql(move: Move) -> str:
 def insert_spans_sql(view: str, columns: tuple[str, ...]) -> str:
     """INSERT a registered batch of spans (`view`, with `columns` as the decoder writes them, `attributes_moved`
     among them: see `with_moved`) stamped with the one parameter, `ingested_at`."""
-    kept = [c for c in columns if c not in ("attributes", MOVED.name)]
+    kept = [c for c in columns if c not in ("attributes", MOVED.name, DERIVED.name)]
     names = ", ".join(kept)
     return (
-        f"INSERT INTO {SPAN_ROWS} ({names}, attributes_rest, attributes_moved, ingested_at) "
-        f"SELECT {names}, attributes, {MOVED.name}, ? FROM {view}"
+        f"INSERT INTO {SPAN_ROWS} ({names}, attributes_rest, {MOVED.name}, {DERIVED.name}, ingested_at) "
+        f"SELECT {names}, attributes, {MOVED.name}, {DERIVED.name}, ? FROM {view}"
     )
 
 
@@ -55,7 +55,8 @@ def with_moved(spans: pa.Table) -> pa.Table:
     batches of both forms commit together)."""
     if MOVED.name in spans.schema.names:
         return spans
-    return spans.append_column(MOVED, pa.repeat(pa.scalar(0, MOVED.type), spans.num_rows))
+    spans = spans.append_column(MOVED, pa.repeat(pa.scalar(0, MOVED.type), spans.num_rows))
+    return spans.append_column(DERIVED, pa.repeat(pa.scalar(0, DERIVED.type), spans.num_rows))
 
 
 def rebuild_sql() -> str:
