@@ -237,18 +237,15 @@ def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Dec
             pa.array(first_tokens, pa.float64()),
         ),
     )
-    stored = [spans[name] for name in spans.schema.names if name not in _WALK_ONLY]
-    extra: list[tuple[pa.Field, pa.Array]] = []
     if split_attributes:
         # The moves compare sent values with the columns as normalized, before derived ones are left out.
         attributes, moved = split(attributes, left_out_json, walked.span_values, llm)
         llm, derived = leave_derived(llm)
-        extra = [(MOVED, moved), (DERIVED, derived)]
-        stored = [attributes if name == "attributes" else spans[name] for name in spans.schema.names
-                  if name not in _WALK_ONLY]  # fmt: skip
+    stored = [attributes if name == "attributes" else spans[name] for name in spans.schema.names
+              if name not in _WALK_ONLY]  # fmt: skip
     table = pa.Table.from_arrays([*stored, is_llm, roles, *(llm[name] for name in FIELDS)], schema=SPAN_BATCH_SCHEMA)
-    for added, column in extra:
-        table = table.append_column(added, column)
+    if split_attributes:
+        table = table.append_column(MOVED, moved).append_column(DERIVED, derived)
     return Decoded(Signal.TRACES, table, score_table(scores), walked.rejections)
 
 

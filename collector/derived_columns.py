@@ -83,6 +83,13 @@ if len(DERIVATIONS) > 8:
 DERIVED_BITS = {d.column: 1 << i for i, d in enumerate(DERIVATIONS)}
 
 
+def same_float(value: np.ndarray, again: np.ndarray) -> np.ndarray:
+    """Where `value` is finite and `again` is the same float bit for bit (-0.0 apart from 0.0): what a
+    value must be for storage to leave it out and give it back."""
+    same: np.ndarray = np.isfinite(value) & (value.view(np.int64) == again.view(np.int64))
+    return same
+
+
 def read_sql(derivation: Derivation) -> str:
     """The column as the `spans` view reads it: derived where its bit is set, else as stored."""
     bit = DERIVED_BITS[derivation.column]
@@ -91,13 +98,11 @@ def read_sql(derivation: Derivation) -> str:
 
 def leave_derived(columns: Mapping[str, pa.Array]) -> tuple[dict[str, pa.Array], pa.Array]:
     """The columns with every value its rule gives back replaced by NULL, and `columns_derived`."""
-    n = len(columns["tpot_ms"])
-    bits = np.zeros(n, np.uint8)
+    bits = np.zeros(len(columns[DERIVATIONS[0].column]), np.uint8)
     out = dict(columns)
     for d in DERIVATIONS:
-        value = columns[d.column].to_numpy(zero_copy_only=False)
         again = d.arrow(columns).to_numpy(zero_copy_only=False)
-        same = np.isfinite(value) & (value.view(np.int64) == again.view(np.int64))
+        same = same_float(columns[d.column].to_numpy(zero_copy_only=False), again)
         for name in d.inputs:
             given = columns[name]
             same &= np.isfinite(given.to_numpy(zero_copy_only=False)) | ~pc.is_valid(given).to_numpy(

@@ -29,6 +29,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.derived_columns import same_float
 from collector.normalize import KeyValues
 
 
@@ -152,10 +153,7 @@ def _same(gathered: KeyValues, column: pa.Array, per: int) -> np.ndarray | None:
     if per != 1:
         column = pc.divide(column, pa.scalar(float(per)))
     if sent.type == pa.float64():
-        a = sent.to_numpy(zero_copy_only=False)
-        b = column.to_numpy(zero_copy_only=False)
-        same: np.ndarray = (a.view(np.int64) == b.view(np.int64)) & np.isfinite(a)
-        return same
+        return same_float(sent.to_numpy(zero_copy_only=False), column.to_numpy(zero_copy_only=False))
     equal: np.ndarray = pc.fill_null(pc.equal(sent, column), False).to_numpy(zero_copy_only=False)
     return equal
 
