@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_NULL_F = pa.scalar(None, pa.float64())
+# Not pa.scalar(None, ...): converting a Python value makes pyarrow import pandas, which the service keeps out.
+_NULL_F = pa.nulls(1, pa.float64())[0]
 
 
 def as_float(counts: pa.Array) -> pa.Array:

@@ -258,6 +258,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(settings: Settings) -> int:
+    if settings.storage.backend == "duckdb":
+        from tailwatch.lean_imports import keep_out
+
+        keep_out()  # chDB, the only user of pandas, is a ClickHouse backend
+        _migrate_in_a_child(settings)
     from tailwatch.service import Service  # imported here so `tailwatch --help` stays fast
 
     async def run() -> int:
@@ -279,6 +284,17 @@ def _serve(settings: Settings) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+def _migrate_in_a_child(settings: Settings) -> None:
+    """Bring the file to the newest schema in a process of its own, so that the service never imports
+    Alembic and SQLAlchemy (~50 MiB it would hold for its whole life). If the child cannot, the service's
+    own open migrates, or says why it cannot."""
+    import subprocess
+
+    s = settings.storage
+    cmd = [sys.executable, "-m", "storage.duckdb.migrate", str(settings.db), "--memory-limit", s.memory_limit]
+    subprocess.run([*cmd, "--threads", str(s.threads)], check=False)  # noqa: S603 - our own interpreter and module
 
 
 def _migrate(settings: Settings) -> int:

@@ -1,71 +1,75 @@
-"""Alembic upgrades against an open DuckDB connection."""
+"""Schema migrations of a DuckDB file, and the revision it is at.
+
+Alembic and SQLAlchemy take ~50 MiB of a process's memory once imported, and a file already at the
+newest schema needs neither: its revision is one query away. They are imported only when a migration
+runs, and `tailwatch serve` runs that in a child process (`main`), so the service never holds them.
+"""
 
 from __future__ import annotations
 
-from importlib import resources
-from typing import Any
+import argparse
+import sys
+from types import ModuleType
 
 import duckdb
-import duckdb_engine
-import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.ddl.impl import DefaultImpl
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+
+from storage.duckdb.database import DamagedDatabase, open_database
+
+# The newest revision in migrations/versions. A test holds it equal to Alembic's head, so a new migration
+# that forgets to move it fails there.
+HEAD = "0018"
 
 
-class AlembicDuckDBImpl(DefaultImpl):
-    # duckdb-engine registers no Alembic implementation; without one Alembic fails with KeyError 'duckdb'.
-    # Defining the subclass registers it.
-    __dialect__ = "duckdb"
-    transactional_ddl = True
+def _alembic() -> ModuleType:
+    from storage.duckdb import alembic_scripts  # noqa: PLC0415 - the ~50 MiB import only a migration needs
 
-
-def _engine(con: duckdb.DuckDBPyConnection) -> sa.Engine:
-    # duckdb-engine's own connect() adds options, and DuckDB refuses a second connection to one file
-    # with different options; wrapping a cursor of the service's connection avoids that.
-    def creator() -> Any:
-        return duckdb_engine.ConnectionWrapper(con.cursor())
-
-    return sa.create_engine("duckdb://", creator=creator, poolclass=sa.pool.StaticPool)
-
-
-def _config() -> Config:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(resources.files("migrations")))
-    return cfg
+    return alembic_scripts
 
 
 def head_revision() -> str:
-    """The newest revision shipped with this version of Tailwatch."""
-    head = ScriptDirectory.from_config(_config()).get_current_head()
-    assert head is not None
-    return head
+    """The newest revision shipped with this version of Tailwatch, as Alembic reads the scripts."""
+    return str(_alembic().head_revision())
 
 
 def current_revision(con: duckdb.DuckDBPyConnection) -> str | None:
     """The revision the database is at, or None before the first migration."""
-    with _engine(con).connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+    try:
+        rows = con.execute("SELECT version_num FROM main.alembic_version").fetchall()
+    except duckdb.CatalogException:  # never migrated
+        return None
+    # One row in a linear history; Alembic empties the table on a downgrade to base.
+    return str(rows[0][0]) if rows else None
 
 
 def upgrade(con: duckdb.DuckDBPyConnection, revision: str = "head") -> None:
     """Bring the schema up to `revision` (default: the newest)."""
-    _run(con, lambda cfg: command.upgrade(cfg, revision))
+    if revision in ("head", HEAD) and current_revision(con) == HEAD:
+        return
+    _alembic().upgrade(con, revision)
 
 
 def downgrade(con: duckdb.DuckDBPyConnection, revision: str) -> None:
     """Take the schema back down to `revision` ('base' removes everything)."""
-    _run(con, lambda cfg: command.downgrade(cfg, revision))
+    _alembic().downgrade(con, revision)
 
 
-def _run(con: duckdb.DuckDBPyConnection, action: Any) -> None:
-    engine = _engine(con)
+def main(argv: list[str] | None = None) -> int:
+    """Migrate a file to the newest schema and exit: what `tailwatch serve` runs before it opens the file."""
+    parser = argparse.ArgumentParser(prog="python -m storage.duckdb.migrate", description=main.__doc__)
+    parser.add_argument("path")
+    parser.add_argument("--memory-limit", default="512MB")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
     try:
-        with engine.begin() as conn:
-            cfg = _config()
-            cfg.attributes["connection"] = conn
-            action(cfg)
+        con = open_database(args.path, memory_limit=args.memory_limit, threads=args.threads)
+    except (duckdb.Error, DamagedDatabase):
+        return 1  # the service opens the file next, and says what is wrong in its own words
+    try:
+        upgrade(con)
     finally:
-        engine.dispose()
+        con.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
