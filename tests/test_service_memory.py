@@ -64,7 +64,7 @@ def test_a_fresh_file_is_migrated_and_served_without_alembic_sqlalchemy_or_panda
 
 
 def test_head_is_the_newest_revision_alembic_finds() -> None:
-    assert migrate.HEAD == migrate.head_revision()
+    assert migrate.head_revision() == migrate.HEAD
 
 
 def test_a_file_at_the_newest_schema_opens_without_importing_alembic(tmp_path: Path) -> None:
@@ -84,8 +84,11 @@ def test_a_file_at_the_newest_schema_opens_without_importing_alembic(tmp_path: P
 
 def test_the_migration_child_brings_a_fresh_file_to_the_newest_schema(tmp_path: Path) -> None:
     db = tmp_path / "child.duckdb"
-    done = subprocess.run([sys.executable, "-m", "storage.duckdb.migrate", str(db)], check=False, timeout=120)
-    assert done.returncode == 0
+    migrating = [sys.executable, "-m", "storage.duckdb.migrate", str(db)]
+    done = subprocess.run(migrating, capture_output=True, text=True, check=False, timeout=120)
+    assert (done.returncode, done.stderr) == (0, f"{db}: schema empty -> {migrate.HEAD}\n")
+    again = subprocess.run(migrating, capture_output=True, text=True, check=False, timeout=120)
+    assert (again.returncode, again.stderr) == (0, "")
     con = duckdb.connect(str(db), read_only=True)
     try:
         assert migrate.current_revision(con) == migrate.HEAD

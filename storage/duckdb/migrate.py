@@ -65,9 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     except (duckdb.Error, DamagedDatabase):
         return 1  # the service opens the file next, and says what is wrong in its own words
     try:
+        before = current_revision(con)
         upgrade(con)
+        after = current_revision(con)
     finally:
         con.close()
+    if before != after:  # said as `tailwatch migrate` says it, so a start that migrated shows in the log
+        print(f"{args.path}: schema {before or 'empty'} -> {after}", file=sys.stderr)
     return 0
 
 
