@@ -11,6 +11,7 @@ from functools import cache, partial
 
 from collector.decode import Decoded, Decoder, Encoding, Signal, decode
 from collector.engine_names import EngineNames
+from collector.lean_imports import keep_out
 from collector.normalize import NormalizeConfig, Plan, build_plan
 
 
@@ -34,8 +35,14 @@ def decode_request(
     return decode(signal, payload, encoding, _plan(config), names, decoder=decoder, split_attributes=split_attributes)
 
 
+def start_worker(service_pid: int) -> None:
+    """Worker initializer: never load pandas (collector/lean_imports.py), and end with the service."""
+    keep_out()
+    exit_with(service_pid)
+
+
 def exit_with(service_pid: int) -> None:
-    """Worker initializer: end this process when the service process ends, however it ends.
+    """End this process when the service process ends, however it ends.
 
     A worker holds both ends of its call queue and the fork server's liveness pipe, so after a kill -9 of
     the service nothing it waits on reaches EOF: without this the worker, and the fork server waiting for

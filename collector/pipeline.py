@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.decode import DEFAULT_DECODER, Decoded, Decoder, Encoding, Signal
-from collector.decode_job import decode_request, exit_with
+from collector.decode_job import decode_request, start_worker
 from collector.engine_names import EngineNames
 from collector.errors import ExportError, Overloaded, Unavailable
 from collector.metrics import IngestMetrics
@@ -76,9 +76,10 @@ class IngestPipeline:
         # The fork server imports the decoder once and its workers share those pages; its default would
         # import the service's __main__ instead.
         ctx.set_forkserver_preload(["collector.decode_job"])
-        # Workers end with the service, a kill -9 included (decode_job.exit_with says why they must be told).
+        # Workers end with the service, a kill -9 included (decode_job.exit_with says why they must be told),
+        # and never load pandas (decode_job.start_worker).
         return ProcessPoolExecutor(
-            max_workers=self.processes, mp_context=ctx, initializer=exit_with, initargs=(os.getpid(),)
+            max_workers=self.processes, mp_context=ctx, initializer=start_worker, initargs=(os.getpid(),)
         )
 
     def warm_up(self) -> None:

@@ -259,7 +259,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _serve(settings: Settings) -> int:
     if settings.storage.backend == "duckdb":
-        from tailwatch.lean_imports import keep_out
+        from collector.lean_imports import keep_out
 
         keep_out()  # chDB, the only user of pandas, is a ClickHouse backend
         _migrate_in_a_child(settings)

@@ -318,12 +318,14 @@ def test_a_decoder_process_that_died_while_idle_is_replaced_and_the_next_request
     assert len(stored_span_ids(db)) == 3
 
 
-def test_a_decoder_process_holds_the_decoder_but_not_storage_polars_or_the_command_line(tmp_path: Path) -> None:
+def test_a_decoder_process_holds_the_decoder_but_not_storage_polars_pandas_or_the_command_line(tmp_path: Path) -> None:
     with pipeline_on(tmp_path / "lean.duckdb", CollectorRegistry(), decode_workers=1) as pipeline:
-        # A builtin runs in the worker as it is: asking imports nothing of ours there.
-        held = pipeline._executor.submit(eval, "sorted(__import__('sys').modules)").result(HANG_GUARD)  # type: ignore[attr-defined]
+        # A builtin runs in the worker as it is: asking imports nothing of ours there. Converting a Python
+        # list is what makes pyarrow try pandas, as the decoder's finish does.
+        ask = "(__import__('pyarrow').array([1.5]), sorted(__import__('sys').modules))[1]"
+        held = pipeline._executor.submit(eval, ask).result(HANG_GUARD)  # type: ignore[attr-defined]
     assert "collector.decode_job" in held
-    assert not [m for m in held if m.split(".")[0] in ("polars", "storage", "tailwatch", "duckdb")]
+    assert not [m for m in held if m.split(".")[0] in ("polars", "storage", "tailwatch", "duckdb", "pandas")]
 
 
 @pytest.mark.skipif(not native_walk.AVAILABLE, reason="needs both decoders to tell them apart")

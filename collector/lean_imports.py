@@ -1,9 +1,9 @@
-"""Libraries installed beside Tailwatch that the DuckDB service process must not load.
+"""Libraries installed beside Tailwatch that the DuckDB service and the decoder processes do not load.
 
 pyarrow imports pandas, when it is installed, the first time it converts a Python value (`pa.scalar`,
 `pa.array` of a list), only to ask whether that value is a pandas object. pandas is installed because
-chDB needs it; the DuckDB service never uses it, and it would hold ~33 MiB of the service's memory for
-its whole life. pyarrow treats a pandas that cannot be imported as absent.
+chDB needs it; the DuckDB service and every decoder process never use it, and each would hold ~33 MiB
+more for its whole life. pyarrow treats a pandas that cannot be imported as absent.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class _KeptOut:
     ) -> ModuleSpec | None:
         if fullname.partition(".")[0] in self.packages:
             raise ModuleNotFoundError(
-                f"{fullname} is not loaded in the Tailwatch service process (tailwatch/lean_imports.py)",
+                f"{fullname} is not loaded in Tailwatch's service and decoder processes (collector/lean_imports.py)",
                 name=fullname,
             )
         return None
