@@ -25,7 +25,7 @@ class _KeptOut:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname.partition(".")[0] in self.packages:
+        if fullname in self.packages:  # a submodule is only ever looked for after its package
             raise ModuleNotFoundError(
                 f"{fullname} is not loaded in Tailwatch's service and decoder processes (collector/lean_imports.py)",
                 name=fullname,
