@@ -20,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# Not pa.scalar(None, ...): converting a Python value makes pyarrow import pandas, which the service keeps out.
-_NULL_F = pa.nulls(1, pa.float64())[0]
+# Not pa.scalar(None, ...): at import, before the service refuses pandas (collector/lean_imports.py),
+# converting a Python value would make pyarrow import it.
+NULL_FLOAT = pa.nulls(1, pa.float64())[0]
 
 
 def as_float(counts: pa.Array) -> pa.Array:
@@ -38,8 +39,8 @@ def tpot_ms(columns: Mapping[str, pa.Array]) -> pa.Array:
     enough = pc.fill_null(pc.greater_equal(out, 2), False)
     from_decode = pc.divide(columns["decode_ms"], per_token)
     e2e, ttft = columns["e2e_ms"], columns["ttft_ms"]
-    from_e2e = pc.if_else(pc.greater_equal(e2e, ttft), pc.divide(pc.subtract(e2e, ttft), per_token), _NULL_F)
-    return pc.if_else(enough, pc.coalesce(from_decode, from_e2e), _NULL_F)
+    from_e2e = pc.if_else(pc.greater_equal(e2e, ttft), pc.divide(pc.subtract(e2e, ttft), per_token), NULL_FLOAT)
+    return pc.if_else(enough, pc.coalesce(from_decode, from_e2e), NULL_FLOAT)
 
 
 def cache_hit_ratio(columns: Mapping[str, pa.Array]) -> pa.Array:
@@ -47,7 +48,7 @@ def cache_hit_ratio(columns: Mapping[str, pa.Array]) -> pa.Array:
     prompt = columns["input_tokens"]
     ratio = pc.divide(as_float(columns["cached_input_tokens"]), as_float(prompt))
     ratio = pc.min_element_wise(pc.max_element_wise(ratio, 0.0, skip_nulls=False), 1.0, skip_nulls=False)
-    return pc.if_else(pc.fill_null(pc.greater(prompt, 0), False), ratio, _NULL_F)
+    return pc.if_else(pc.fill_null(pc.greater(prompt, 0), False), ratio, NULL_FLOAT)
 
 
 _AFTER_FIRST_SQL = "(output_tokens::DOUBLE - 1.0)"
@@ -112,5 +113,5 @@ def leave_derived(columns: Mapping[str, pa.Array]) -> tuple[dict[str, pa.Array],
         if not same.any():
             continue
         bits |= np.where(same, np.uint8(DERIVED_BITS[d.column]), np.uint8(0))
-        out[d.column] = pc.if_else(pa.array(same), _NULL_F, columns[d.column])
+        out[d.column] = pc.if_else(pa.array(same), NULL_FLOAT, columns[d.column])
     return out, pa.array(bits, pa.uint8())

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from collector.derived_columns import DERIVATIONS
+from collector.derived_columns import DERIVATIONS, NULL_FLOAT
 from collector.model import LLM_FIELDS, LLM_TYPES
 
 # ---------------------------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ def _column(gathered: KeyValues, convert: Converter) -> pa.Array:
                 arr = arr.cast(pa.float64())
                 arr = pc.multiply(arr, 1000.0) if convert is SECONDS else arr
                 # NaN and infinities (and seconds too large for milliseconds) are no value, as in parse_number.
-                return pc.if_else(pc.is_finite(arr), arr, pa.scalar(None, pa.float64()))
+                return pc.if_else(pc.is_finite(arr), arr, NULL_FLOAT)
         elif convert is _count:
             if typ in (pa.int64(), pa.null()):
                 arr = arr.cast(pa.int64())
@@ -447,8 +447,7 @@ def normalize_batch(plan: Plan, batch: SpanBatch) -> tuple[dict[str, pa.Array], 
     server = pc.or_(engine, pc.equal(batch.kinds, "SERVER"))
     role = pc.if_else(is_llm, pc.if_else(server, "server", "client"), pa.scalar(None, pa.string()))
 
-    null_f = pa.scalar(None, pa.float64())
-    columns["e2e_ms"] = pc.coalesce(columns["e2e_ms"], pc.if_else(is_llm, batch.durations_ms, null_f))
+    columns["e2e_ms"] = pc.coalesce(columns["e2e_ms"], pc.if_else(is_llm, batch.durations_ms, NULL_FLOAT))
     # A value the source sent wins over the rule (collector/derived_columns.py).
     for derivation in DERIVATIONS:
         columns[derivation.column] = pc.coalesce(columns[derivation.column], derivation.arrow(columns))

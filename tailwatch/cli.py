@@ -293,8 +293,11 @@ def _migrate_in_a_child(settings: Settings) -> None:
     import subprocess
 
     s = settings.storage
-    cmd = [sys.executable, "-m", "storage.duckdb.migrate", str(settings.db), "--memory-limit", s.memory_limit]
-    subprocess.run([*cmd, "--threads", str(s.threads)], check=False)  # noqa: S603 - our own interpreter and module
+    subprocess.run(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "storage.duckdb.migrate", str(settings.db),
+         "--memory-limit", s.memory_limit, "--threads", str(s.threads)],
+        check=False,
+    )  # fmt: skip
 
 
 def _migrate(settings: Settings) -> int:
