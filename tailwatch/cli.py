@@ -303,6 +303,7 @@ def _migrate_in_a_child(settings: Settings) -> None:
 def _migrate(settings: Settings) -> int:
     from storage.clickhouse.backend import ClickHouseStorage
     from storage.clickhouse.schema import SCHEMA_VERSION as CLICKHOUSE_SCHEMA
+    from storage.duckdb.migrate import migrated
     from tailwatch.compose import open_storage
 
     storage = open_storage(settings)
@@ -312,11 +313,7 @@ def _migrate(settings: Settings) -> int:
         return 0
     before, after = storage.migrated_from, storage.revision()
     storage.close()
-    print(
-        f"{settings.db}: schema {before or 'empty'} -> {after}"
-        if before != after
-        else f"{settings.db}: schema at {after}"
-    )
+    print(migrated(settings.db, before, after) if before != after else f"{settings.db}: schema at {after}")
     return 0
 
 

@@ -53,6 +53,11 @@ def downgrade(con: duckdb.DuckDBPyConnection, revision: str) -> None:
     _alembic().downgrade(con, revision)
 
 
+def migrated(path: object, before: str | None, after: str | None) -> str:
+    """What a migration did, as `tailwatch migrate` and the migration `tailwatch serve` runs both say it."""
+    return f"{path}: schema {before or 'empty'} -> {after}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Migrate a file to the newest schema and exit: what `tailwatch serve` runs before it opens the file."""
     parser = argparse.ArgumentParser(prog="python -m storage.duckdb.migrate", description=main.__doc__)
@@ -70,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         after = current_revision(con)
     finally:
         con.close()
-    if before != after:  # said as `tailwatch migrate` says it, so a start that migrated shows in the log
-        print(f"{args.path}: schema {before or 'empty'} -> {after}", file=sys.stderr)
+    if before != after:  # so that a start that migrated shows in the log
+        print(migrated(args.path, before, after), file=sys.stderr)
     return 0
 
 
