@@ -42,10 +42,15 @@ def base_request(rng: random.Random, spans: int, t0_ns: int) -> ExportTraceServi
     for i in range(spans):
         prompt = rng.randint(50, 16000)
         output = rng.randint(1, 2000)
-        ttft = 0.05 + prompt / 40000 + rng.random() * 0.05
-        decode = output * (0.012 + rng.random() * 0.01)
-        queue = rng.random() * 0.05
-        e2e = queue + ttft + decode
+        # As vLLM takes them: the engine's latencies are differences of its monotonic clock's readings
+        # (seconds since boot), time to first token and e2e are wall clock from arrival.
+        queued = 86_400.0 + rng.random() * 3_600.0
+        scheduled = queued + rng.random() * 0.05
+        first = scheduled + 0.04 + prompt / 40000 + rng.random() * 0.05
+        last = first + output * (0.012 + rng.random() * 0.01)
+        queue, prefill, decode, inference = scheduled - queued, first - scheduled, last - first, last - scheduled
+        ttft = 0.01 + queue + prefill
+        e2e = ttft + decode
         s = ss.spans.add()
         s.trace_id = rng.randbytes(16)
         s.span_id = rng.randbytes(8)
@@ -62,9 +67,9 @@ def base_request(rng: random.Random, spans: int, t0_ns: int) -> ExportTraceServi
             "gen_ai.latency.time_to_first_token": ttft,
             "gen_ai.latency.e2e": e2e,
             "gen_ai.latency.time_in_queue": queue,
-            "gen_ai.latency.time_in_model_prefill": ttft - 0.01,
+            "gen_ai.latency.time_in_model_prefill": prefill,
             "gen_ai.latency.time_in_model_decode": decode,
-            "gen_ai.latency.time_in_model_inference": ttft + decode,
+            "gen_ai.latency.time_in_model_inference": inference,
             "gen_ai.request.max_tokens": 2048,
             "gen_ai.request.temperature": 0.7,
             "gen_ai.request.top_p": 0.95,
