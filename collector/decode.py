@@ -27,7 +27,7 @@ from collector.derived_columns import leave_derived
 from collector.engine_names import EngineNames
 from collector.errors import MalformedPayload
 from collector.model import DERIVED, MAX_TIME_NS, MOVED, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
-from collector.moved_attributes import left_out, split
+from collector.moved_attributes import gathered_keys, left_out, split
 from collector.normalize import (
     FIELDS,
     LANGFUSE_COMPLETION_START,
@@ -179,8 +179,9 @@ def decode_traces(
         # OTLP/JSON is re-encoded once so that both encodings share the one walk.
         payload = otlp_json.parse(payload, ExportTraceServiceRequest).SerializeToString()
     plan = plan or default_plan()
-    out = left_out(plan.walk_span_keys) if split_attributes else ()
-    walked = _WALKS[decoder or DEFAULT_DECODER](payload, plan.walk_span_keys, plan.walk_resource_keys, out)
+    keys = gathered_keys(plan.walk_span_keys) if split_attributes else plan.walk_span_keys
+    out = left_out(keys) if split_attributes else ()
+    walked = _WALKS[decoder or DEFAULT_DECODER](payload, keys, plan.walk_resource_keys, out)
     return finish(walked, plan, split_attributes=split_attributes)
 
 

@@ -38,6 +38,9 @@ class Move:
     key: str  # the span attribute
     column: str  # the canonical column that holds its value
     per: int = 1  # the column holds value × per (1000: seconds stored as milliseconds)
+    # A second column the value is the sum with (each over `per`): a value no column holds alone but two
+    # give back, as vLLM's inference time is its prefill time plus its decode time.
+    plus: str | None = None
 
 
 _SECONDS = 1000
@@ -97,6 +100,9 @@ MOVES: tuple[Move, ...] = (
     Move("tenant_id", "tenant_id"),
     Move("replica_id", "replica_id"),
     Move("deployment", "deployment"),
+    # vLLM sends it as last token − scheduled, its prefill (first token − scheduled) plus its decode (last −
+    # first) exactly: both are differences of one monotonic clock. No canonical column reads it.
+    Move("gen_ai.latency.time_in_model_inference", "prefill_ms", _SECONDS, plus="decode_ms"),
 )
 if len(MOVES) > 64:
     raise RuntimeError("attributes_moved is 64 bits: MOVES needs a second column first")
@@ -106,6 +112,11 @@ if not all(re.fullmatch(r"[A-Za-z0-9_.]+", m.key) for m in MOVES):
 
 # Each move's bit in `attributes_moved`: bit i is MOVES[i].
 BITS = {m.key: 1 << i for i, m in enumerate(MOVES)}
+
+
+def gathered_keys(span_keys: tuple[str, ...]) -> tuple[str, ...]:
+    """What a walk that splits gathers: `span_keys` (normalization's) and the keys only a move reads."""
+    return span_keys + tuple(m.key for m in MOVES if m.plus is not None and m.key not in span_keys)
 
 
 @cache  # once per plan
@@ -131,7 +142,7 @@ def split(
             continue
         bit = np.uint64(BITS[m.key])
         present |= np.where(pc.is_valid(gathered.values).to_numpy(zero_copy_only=False), bit, np.uint64(0))
-        same = _same(gathered, columns[m.column], m.per)
+        same = _same(gathered, _given_back(m, columns))
         if same is not None:
             moved |= np.where(same, bit, np.uint64(0))
     kept = present & ~moved
@@ -145,13 +156,19 @@ def split(
     return pa.array(rest, pa.string()), pa.array(moved, pa.uint64())
 
 
-def _same(gathered: KeyValues, column: pa.Array, per: int) -> np.ndarray | None:
+def _given_back(move: Move, columns: dict[str, pa.Array]) -> pa.Array:
+    """The value as the columns give it back (storage/duckdb/stored_attributes.py writes the same in SQL)."""
+    over = [columns[move.column]] if move.plus is None else [columns[move.column], columns[move.plus]]
+    if move.per != 1:
+        over = [pc.divide(c, pa.scalar(float(move.per))) for c in over]
+    return over[0] if len(over) == 1 else pc.add(over[0], over[1])
+
+
+def _same(gathered: KeyValues, column: pa.Array) -> np.ndarray | None:
     """Where the sent value is the value its column gives back; None when no row's can be."""
     sent = gathered.values
     if gathered.json or sent.type != column.type or sent.type not in (pa.int64(), pa.float64(), pa.string()):
         return None
-    if per != 1:
-        column = pc.divide(column, pa.scalar(float(per)))
     if sent.type == pa.float64():
         return same_float(sent.to_numpy(zero_copy_only=False), column.to_numpy(zero_copy_only=False))
     equal: np.ndarray = pc.fill_null(pc.equal(sent, column), False).to_numpy(zero_copy_only=False)

@@ -20,7 +20,7 @@ from waiting import HANG_GUARD, WriterHold
 
 from collector import native_walk
 from collector.decode import Decoder, Encoding, decode_traces
-from collector.moved_attributes import MOVES
+from collector.moved_attributes import MOVES, gathered_keys
 from collector.normalize import NormalizeConfig, build_plan
 from collector.scores import SCORE_HINT
 from storage.duckdb import migrate
@@ -207,6 +207,73 @@ def test_a_value_its_column_does_not_reproduce_stays_as_sent(storage: DuckDBStor
     assert moved == 1 << [m.key for m in MOVES].index("gen_ai.usage.input_tokens")
 
 
+def vllm_latencies(queued: float, waited: float, prefill: float, decode: float) -> dict[str, float]:
+    """The engine-side latencies as vLLM computes them: differences of one monotonic clock's readings."""
+    scheduled = queued + waited
+    first = scheduled + prefill
+    last = first + decode
+    return {
+        "gen_ai.latency.time_in_queue": scheduled - queued,
+        "gen_ai.latency.time_in_model_prefill": first - scheduled,
+        "gen_ai.latency.time_in_model_decode": last - first,
+        "gen_ai.latency.time_in_model_inference": last - scheduled,
+    }
+
+
+INFERENCE = "gen_ai.latency.time_in_model_inference"
+
+
+@pytest.mark.parametrize("decoder", list(Decoder))
+def test_vllms_inference_time_is_stored_as_its_prefill_plus_decode_and_read_back_as_sent(
+    storage: DuckDBStorage, decoder: Decoder
+) -> None:
+    if decoder is Decoder.NATIVE and not native_walk.AVAILABLE:
+        pytest.skip("no compiled decoder here")
+    sums = [vllm_latencies(86_400.0 + i * 0.731, 0.004 * i, 0.171 + i / 7, 2.226 * i + 0.01) for i in range(8)]
+    # Sent as something else (the prefill plus the whole decode of another clock): kept as sent.
+    off = {**sums[0], INFERENCE: sums[0][INFERENCE] + 1e-9}
+    batch = store(storage, request([span(attributes=a) for a in [*sums, off]]).SerializeToString(), decoder)
+    assert stored_attributes(storage) == sent(batch)
+    rows = storage.reader.rows(
+        f"SELECT attributes_rest->>'{INFERENCE}', attributes->>'{INFERENCE}' FROM spans ORDER BY start_time"
+    )
+    kept = [rest for rest, _ in rows if rest is not None]
+    assert kept == [repr(off[INFERENCE])], kept
+    # An analyst's typed read of it is the value sent, moved or not.
+    read = storage.reader.rows(f"SELECT (attributes->>'{INFERENCE}')::DOUBLE FROM spans")
+    assert sorted(v for (v,) in read) == sorted(a[INFERENCE] for a in [*sums, off])
+
+
+def test_the_inference_time_migration_writes_it_back_on_the_way_down(tmp_path: Path) -> None:
+    con = open_database(tmp_path / "m.duckdb")
+    migrate.upgrade(con)
+    attributes = {**VLLM, **vllm_latencies(123_456.789, 0.002, 0.25, 3.5)}
+    batch = decode_traces(request([span(attributes=attributes)]).SerializeToString(), Encoding.PROTOBUF,
+                          split_attributes=True).spans  # fmt: skip
+    whole = decode_traces(request([span(attributes=attributes)]).SerializeToString(), Encoding.PROTOBUF).spans
+    assert batch is not None and whole is not None
+    con.register("batch", batch)
+    columns = ", ".join(c for c in batch.column_names if c != "attributes")
+    con.execute(
+        f"INSERT INTO span_rows ({columns}, attributes_rest, ingested_at) "
+        f"SELECT {columns}, attributes, now() FROM batch"
+    )
+    bit = 1 << [m.key for m in MOVES].index(INFERENCE)
+
+    def read() -> tuple[Any, str | None, bool]:
+        [(text, rest, moved)] = con.execute(
+            f"SELECT attributes::VARCHAR, attributes_rest->>'{INFERENCE}', attributes_moved & {bit} <> 0 FROM spans"
+        ).fetchall()
+        return typed(json.loads(text)), rest, moved
+
+    assert read() == (sent(whole)[whole["span_id"][0].as_py()], None, True)
+    migrate.downgrade(con, "0018")
+    assert read() == (sent(whole)[whole["span_id"][0].as_py()], repr(attributes[INFERENCE]), False)
+    migrate.upgrade(con)
+    assert read()[0] == sent(whole)[whole["span_id"][0].as_py()]
+    con.close()
+
+
 _EDGE_FLOATS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0.0, -0.0, 1e-7, 5e-324, 1e15, 1e16, 4.4905636302700855e19, 0.1, 1.5, 2.0]),
@@ -299,8 +366,14 @@ def test_no_moved_key_is_one_scores_are_read_from() -> None:
 
 
 def test_each_moved_key_is_a_source_normalization_fills_its_column_from() -> None:
+    """A move of one column is one of that column's sources; a sum of two is no column's, and a walk that
+    splits gathers it all the same."""
     plan = build_plan(NormalizeConfig())
+    every = {s.key for sources in plan.sources.values() for s in sources if s.scope == "span"}
     for move in MOVES:
         sources = {s.key for s in plan.sources[move.column] if s.scope == "span"}
-        assert move.key in sources, f"{move.key} does not fill {move.column}"
+        if move.plus is None:
+            assert move.key in sources, f"{move.key} does not fill {move.column}"
+        else:
+            assert move.key not in every and move.key in gathered_keys(plan.walk_span_keys)
     assert all(math.log10(m.per) in (0, 3) for m in MOVES)

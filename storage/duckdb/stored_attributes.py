@@ -34,8 +34,9 @@ SPAN_ROWS = "span_rows"
 
 
 def _value_sql(move: Move) -> str:
-    """The attribute's value as its column gives it back."""
-    return f"{move.column} / {move.per}" if move.per != 1 else move.column
+    """The attribute's value as its columns give it back (collector/moved_attributes.py's `_given_back`)."""
+    over = [move.column] if move.plus is None else [move.column, move.plus]
+    return " + ".join(f"{c} / {move.per}" if move.per != 1 else c for c in over)
 
 
 @cache  # one statement per batch shape, not one built per commit
