@@ -141,20 +141,24 @@ def test_the_reserve_takes_at_most_half_the_free_space_and_is_given_up_whole(tmp
     assert DiskSpace(tmp_path, reserve=reserve, reserve_bytes=0).keep_reserve() == 0
 
 
-@pytest.mark.parametrize("attributes", ["whole", "split"])
+@pytest.mark.parametrize(
+    ("attributes", "payload", "failure"),
+    [("whole", 600, duckdb.FatalException), ("split", 500, duckdb.TransactionException)],
+)
 def test_without_a_reserve_a_retention_that_cannot_write_fails_once_and_nothing_hangs(
-    small_disk: Path, attributes: str
+    small_disk: Path, attributes: str, payload: int, failure: type[Exception]
 ) -> None:
     """No reserve (storage.reserve_mb: 0) and a disk full to the last block: retention has no room. Where the disk
-    ends decides which write fails. With whole attributes here it is the checkpoint, and DuckDB invalidates the
-    database; with split ones the DELETE's own WAL write, a plain transaction error, and then the closing
-    checkpoint. Either way the writer survives it: retention fails instead of waiting forever, spans are
-    refused as retryable, /readyz is 503, and the service stops cleanly."""
+    ends decides which write fails: the checkpoint, and DuckDB invalidates the database, or the DELETE's own WAL
+    write, a plain transaction error, and then the closing checkpoint. Either way the writer survives it:
+    retention fails instead of waiting forever, spans are refused as retryable, /readyz is 503, and the service
+    stops cleanly. The spans' size decides where the disk ends; the two cases are sized so that each failure is
+    met (a change to what a file holds, a migration's view, say, can move it: resize the case that changed)."""
     now_ns = int(datetime.now(UTC).timestamp() * 1e9)
     old = now_ns - 9 * 86_400 * 10**9
 
     def aged(i: int, start: int) -> bytes:
-        attrs = {"gen_ai.request.model": "m", "payload": f"{i}-" + os.urandom(600).hex()}
+        attrs = {"gen_ai.request.model": "m", "payload": f"{i}-" + os.urandom(payload).hex()}
         return request([span(start=start, attributes=attrs) for _ in range(BATCH)]).SerializeToString()
 
     storage = {"reserve_mb": 0, "attributes": attributes}
@@ -168,8 +172,7 @@ def test_without_a_reserve_a_retention_that_cannot_write_fails_once_and_nothing_
         retention.start()
         retention.join(HANG_GUARD)
         assert not retention.is_alive(), "retention hung"
-        failure = duckdb.FatalException if attributes == "whole" else duckdb.TransactionException
-        assert isinstance(outcome[0], failure)
+        assert isinstance(outcome[0], failure), outcome
         assert ready(svc) == 503
         assert post(svc, aged(i, now_ns)) == (503, "1")
 
