@@ -114,6 +114,7 @@ if not all(re.fullmatch(r"[A-Za-z0-9_.]+", m.key) for m in MOVES):
 BITS = {m.key: 1 << i for i, m in enumerate(MOVES)}
 
 
+@cache  # once per plan, not once per request
 def gathered_keys(span_keys: tuple[str, ...]) -> tuple[str, ...]:
     """What a walk that splits gathers: `span_keys` (normalization's) and the keys only a move reads."""
     return span_keys + tuple(m.key for m in MOVES if m.plus is not None and m.key not in span_keys)
