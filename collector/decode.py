@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collector import native_walk, otlp_json, span_walk
 from collector.anyvalue import attributes_dict
 from collector.decode_metrics import metric_points, parse_metrics
-from collector.derived_columns import leave_derived
+from collector.derived_columns import leave_derived, leave_duration
 from collector.engine_names import EngineNames
 from collector.errors import MalformedPayload
 from collector.model import DERIVED, MAX_TIME_NS, MOVED, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
@@ -242,6 +242,11 @@ def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Dec
         # The moves compare sent values with the columns as normalized, before derived ones are left out.
         attributes, moved = split(attributes, left_out_json, walked.span_values, llm)
         llm, derived = leave_derived(llm)
+        spans = spans.set_column(
+            spans.schema.get_field_index("duration_ms"),
+            "duration_ms",
+            leave_duration(spans["start_time"], spans["end_time"], spans["duration_ms"]),
+        )
     stored = [attributes if name == "attributes" else spans[name] for name in spans.schema.names
               if name not in _WALK_ONLY]  # fmt: skip
     table = pa.Table.from_arrays([*stored, is_llm, roles, *(llm[name] for name in FIELDS)], schema=SPAN_BATCH_SCHEMA)

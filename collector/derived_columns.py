@@ -9,6 +9,10 @@ every number, where Arrow's comparisons with NaN are false). tests/test_derived_
 forms equal.
 
 `DERIVATIONS` is append-only: a stored bit means its entry forever.
+
+`duration_ms` is read from the times the same way (`leave_duration`), with no bit: it is never NULL as
+decoded, so a NULL stored says "derive". Storage holds the times to the microsecond; the writer stores
+the nanoseconds they lost beside it (`duration_rem_ns`, 2 bytes where the double took ~6.5).
 """
 
 from __future__ import annotations
@@ -90,6 +94,39 @@ def same_float(value: np.ndarray, again: np.ndarray) -> np.ndarray:
     value must be for storage to leave it out and give it back."""
     same: np.ndarray = np.isfinite(value) & (value.view(np.int64) == again.view(np.int64))
     return same
+
+
+# (end − start) in ns is exact as a double below 2^53 (104 days), and its microseconds times 1000 cannot
+# overflow a BIGINT: a longer span keeps its stored duration.
+_EXACT_NS = 1 << 53
+# A time of 2^63 − 1 ns is DuckDB's infinity, which has no microseconds to read back.
+_INFINITY_NS = (1 << 63) - 1
+
+_LOST_NS = (
+    "epoch_ns(end_time) - epoch_ns(start_time) - (epoch_us(end_time::TIMESTAMP) - epoch_us(start_time::TIMESTAMP)) "
+    "* 1000"
+)
+# What the writer stores as `duration_rem_ns` from the batch's nanosecond times: what storing each at the
+# microsecond (DuckDB rounds half up) took off their difference, −1000..1000. Written against the batch
+# rather than computed here so that the rounding is DuckDB's own.
+DURATION_REM_SQL = f"CASE WHEN duration_ms IS NULL THEN {_LOST_NS} END"
+# `duration_ms` as the `spans` view reads it: the walks' `(end − start) / 1e6` over the stored times.
+DURATION_READ_SQL = (
+    "CASE WHEN duration_ms IS NULL THEN ((epoch_us(end_time) - epoch_us(start_time)) * 1000 + duration_rem_ns)"
+    "::DOUBLE / 1e6 ELSE duration_ms END"
+)
+
+
+def leave_duration(start_time: pa.Array, end_time: pa.Array, duration_ms: pa.Array) -> pa.Array:
+    """`duration_ms` with NULL wherever `DURATION_READ_SQL` gives it back bit for bit."""
+    start = start_time.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    end = end_time.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    ns = end - start
+    again = ns.astype(np.float64) / 1e6
+    same = same_float(duration_ms.to_numpy(zero_copy_only=False), again) & (ns < _EXACT_NS) & (end < _INFINITY_NS)
+    if not same.any():
+        return duration_ms
+    return pc.if_else(pa.array(same), NULL_FLOAT, duration_ms)
 
 
 def read_sql(derivation: Derivation) -> str:

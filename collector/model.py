@@ -40,6 +40,7 @@ SQL_TYPES: dict[pa.DataType, str] = {
     pa.timestamp("ns"): "TIMESTAMP",
     pa.uint64(): "UBIGINT",
     pa.uint8(): "UTINYINT",
+    pa.int16(): "SMALLINT",
 }
 
 
@@ -145,6 +146,8 @@ SPAN_COLUMNS: tuple[Column, ...] = (
            "canonical column (DuckDB's storage of `attributes`).", Origin.STORAGE),
     Column("columns_derived", pa.uint8(), None, "One bit for each of tpot_ms and cache_hit_ratio the view derives "
            "when read (stored NULL; collector/derived_columns.py).", Origin.STORAGE),
+    Column("duration_rem_ns", pa.int16(), "ns", "Where `duration_ms` is stored NULL: the nanoseconds the "
+           "microsecond start_time and end_time lost of it (collector/derived_columns.py).", Origin.STORAGE),
 )  # fmt: skip
 
 # `span_scores`: one row per quality score, keyed by the judged span.
@@ -200,6 +203,8 @@ SPAN_BATCH_SCHEMA = batch_schema(SPAN_COLUMNS)
 MOVED = pa.field("attributes_moved", pa.uint64())
 # And which derived columns it stored as NULL for the reader to derive (collector/derived_columns.py).
 DERIVED = pa.field("columns_derived", pa.uint8())
+# What the writer stores beside a `duration_ms` left NULL (collector/derived_columns.py).
+DURATION_REM = pa.field("duration_rem_ns", pa.int16())
 SCORE_BATCH_SCHEMA = batch_schema(SCORE_COLUMNS)
 ENGINE_METRIC_BATCH_SCHEMA = batch_schema(ENGINE_METRIC_COLUMNS)
 

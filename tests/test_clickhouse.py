@@ -24,7 +24,7 @@ from test_storage_ports import REQUESTS, SCORES, WINDOW
 from waiting import HANG_GUARD
 
 from collector.follow import Follower
-from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_COLUMNS
 from collector.normalize import NormalizeConfig, build_plan
 from detectors.registry import REGISTRY
 from detectors.scheduler import scheduled_pass
@@ -35,6 +35,7 @@ from storage.clickhouse.lease import ClickHouseLease
 from storage.clickhouse.otel_source import ClickHouseOtelTraces
 from storage.clickhouse.schema import (
     SchemaMismatch,
+    clickhouse_type,
     create_otel_traces,
     create_replaced,
     create_table,
@@ -516,3 +517,14 @@ def test_a_receiver_only_process_schedules_nothing_and_never_takes_the_lease(tmp
         assert storage.lease.current() is None
         body = request([span(attributes={"gen_ai.request.model": "m"}) for _ in range(5)]).SerializeToString()
         assert post(svc, body)[0] == 200  # it still receives
+
+
+def test_clickhouses_spans_columns_are_nullable_as_the_model_says_not_as_duckdb_stores_them() -> None:
+    """DuckDB stores `duration_ms` NULL where its view reads it from the times; ClickHouse stores every value."""
+    evaluator = Evaluator()
+    try:
+        types = {c.name: c.type for c in evaluator.tables["spans"]}
+    finally:
+        evaluator.close()
+    assert types == {c.name: clickhouse_type(c.sql_type, not c.required) for c in SPAN_COLUMNS if c.name in types}
+    assert types["duration_ms"] == "Float64"

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from waiting import HANG_GUARD
 
 from collector.decode import Encoding, decode_traces
-from collector.derived_columns import DERIVATIONS, DERIVED_BITS, leave_derived, read_sql
-from collector.model import LLM_FIELDS
+from collector.derived_columns import DERIVATIONS, DERIVED_BITS, DURATION_READ_SQL, leave_derived, read_sql
+from collector.model import LLM_FIELDS, MAX_TIME_NS
 from storage.duckdb import migrate
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.database import open_database
@@ -45,15 +45,19 @@ def bits_of(value: Any) -> Any:
     return struct.pack("<d", value) if isinstance(value, float) else value
 
 
+# The columns a split span may store NULL for the view to derive.
+READ = ("duration_ms", *LLM_FIELDS)
+
+
 def read_back(storage: DuckDBStorage) -> dict[str, tuple[Any, ...]]:
-    names = ", ".join(LLM_FIELDS)
+    names = ", ".join(READ)
     rows = storage.reader.rows(f"SELECT span_id, {names} FROM spans")
     return {row[0]: tuple(bits_of(v) for v in row[1:]) for row in rows}
 
 
 def decoded(batch: pa.Table) -> dict[str, tuple[Any, ...]]:
     ids = batch["span_id"].to_pylist()
-    columns = [batch[name].to_pylist() for name in LLM_FIELDS]
+    columns = [batch[name].to_pylist() for name in READ]
     return {span_id: tuple(bits_of(c[i]) for c in columns) for i, span_id in enumerate(ids)}
 
 
@@ -66,6 +70,14 @@ def store_split(storage: DuckDBStorage, payload: bytes) -> pa.Table:
     whole = decode_traces(payload, Encoding.PROTOBUF).spans
     assert whole is not None
     return whole
+
+
+# Nanosecond times whose microseconds DuckDB rounds either way (half up), and the longest exact differences.
+_TIMES = st.one_of(
+    st.integers(min_value=1, max_value=MAX_TIME_NS),
+    st.integers(min_value=1, max_value=10**6).map(lambda n: 1_700_000_000_000_000_000 + n),
+    st.sampled_from([1, 499, 500, 501, 999, 1000, 1500, 2**53 - 1, 2**53, 2**53 + 1, MAX_TIME_NS - 1, MAX_TIME_NS]),
+)
 
 
 @pytest.fixture
@@ -82,6 +94,45 @@ def test_a_vllm_spans_derived_columns_are_stored_as_null_and_read_back_derived(s
     assert row == (None, None, DERIVED_BITS["tpot_ms"] | DERIVED_BITS["cache_hit_ratio"])
     [(tpot, ratio)] = storage.reader.rows("SELECT tpot_ms, cache_hit_ratio FROM spans")
     assert tpot == 1812.3 / 96 and ratio == 640 / 812
+
+
+def test_a_spans_duration_is_stored_as_null_and_read_back_from_its_times(storage: DuckDBStorage) -> None:
+    start = 1_764_000_000_123_456_200
+    whole = store_split(storage, request([span(start=start, end=start + 1_903_100_500)]).SerializeToString())
+    assert read_back(storage) == decoded(whole)
+    [row] = storage.reader.rows("SELECT duration_ms, duration_rem_ns FROM span_rows")
+    # Stored at the microsecond, …456_200 ns is …456 µs and …556_700 ns is …557 µs (half up): 500 ns too many.
+    assert row == (None, -500)
+    assert storage.reader.rows("SELECT duration_ms FROM spans") == [(1903.1005,)]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_TIMES, _TIMES), min_size=1, max_size=8))
+def test_any_spans_duration_reads_back_as_decoded(storage: DuckDBStorage, times: list[tuple[int, int]]) -> None:
+    """Sub-microsecond times rounded up and down, differences past 2^53 ns and DuckDB's infinity (2^63 − 1 ns)."""
+    storage.writer.submit(lambda con: con.execute("DELETE FROM span_rows")).result(timeout=HANG_GUARD)
+    spans = [span(start=min(t), end=max(t)) for t in times]
+    whole = store_split(storage, request(spans).SerializeToString())
+    got, want = read_back(storage), decoded(whole)
+    assert got == want, {k: (got[k], want[k]) for k in want if got.get(k) != want[k]}
+    # Left out wherever the rule gives it back: past 2^53 ns or at infinity it is stored.
+    ns = {name: whole[name].cast(pa.int64()).to_pylist() for name in ("start_time", "end_time")}
+    kept = {
+        span_id: end - start >= 2**53 or end == MAX_TIME_NS
+        for span_id, start, end in zip(whole["span_id"].to_pylist(), ns["start_time"], ns["end_time"], strict=True)
+    }
+    stored = storage.reader.rows("SELECT span_id, duration_ms IS NOT NULL FROM span_rows")
+    assert dict(stored) == kept
+
+
+def test_the_view_reads_duration_through_the_current_rule(tmp_path: Path) -> None:
+    con = open_database(tmp_path / "m.duckdb")
+    migrate.upgrade(con)
+    con.execute(f"CREATE VIEW probe AS SELECT {DURATION_READ_SQL} AS duration_ms FROM span_rows")
+    views = dict(con.execute("SELECT view_name, sql FROM duckdb_views() WHERE internal = false").fetchall())
+    con.close()
+    expression = views["probe"].removeprefix("CREATE VIEW probe AS SELECT ").removesuffix(" FROM span_rows;")
+    assert expression in views["spans"]
 
 
 def test_a_value_the_source_sent_is_stored_as_sent(storage: DuckDBStorage) -> None:
@@ -201,7 +252,7 @@ def test_the_migration_keeps_every_derived_value_both_ways(tmp_path: Path) -> No
     storage.close()
     con = open_database(path)
     migrate.downgrade(con, "0017")
-    names = ", ".join(LLM_FIELDS)
+    names = ", ".join(READ)
     rows = con.execute(f"SELECT span_id, {names} FROM spans").fetchall()
     assert {r[0]: tuple(bits_of(v) for v in r[1:]) for r in rows} == decoded(whole)
     migrate.upgrade(con)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from collector.scores import SCORE_HINT
 from storage.duckdb import migrate
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.database import open_database
-from storage.duckdb.stored_attributes import rebuild_sql
+from storage.duckdb.stored_attributes import insert_spans_sql, rebuild_sql
 
 # MOVES as first given: a stored bit names its entry forever, so these may never change (append only).
 FIRST_53 = (
@@ -253,11 +254,7 @@ def test_the_inference_time_migration_writes_it_back_on_the_way_down(tmp_path: P
     whole = decode_traces(request([span(attributes=attributes)]).SerializeToString(), Encoding.PROTOBUF).spans
     assert batch is not None and whole is not None
     con.register("batch", batch)
-    columns = ", ".join(c for c in batch.column_names if c != "attributes")
-    con.execute(
-        f"INSERT INTO span_rows ({columns}, attributes_rest, ingested_at) "
-        f"SELECT {columns}, attributes, now() FROM batch"
-    )
+    con.execute(insert_spans_sql("batch", tuple(batch.column_names)), [datetime(2026, 11, 25)])
     bit = 1 << [m.key for m in MOVES].index(INFERENCE)
 
     def read() -> tuple[Any, str | None, bool]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
+from collector.model import SPAN_COLUMNS
 from storage.clickhouse.client import ClickHouse
 from storage.duckdb.stored_attributes import SPAN_ROWS, STORED_ONLY
 
@@ -74,6 +75,8 @@ LAYOUTS: dict[str, Layout] = {
     "scrape_targets": Layout("(url)", replacing=True),
 }
 NOT_IN_CLICKHOUSE = frozenset({"alembic_version"})
+# DuckDB stores `duration_ms` NULL where its view reads it from the times; ClickHouse stores every value.
+_REQUIRED_SPAN_COLUMNS = frozenset(c.name for c in SPAN_COLUMNS if c.required)
 
 
 def versioned(table: pa.Table) -> pa.Table:
@@ -109,10 +112,11 @@ def tables_of(con: duckdb.DuckDBPyConnection) -> dict[str, list[Column]]:
         """
     ).fetchall()
     tables: dict[str, list[Column]] = {}
-    for stored, name, typ, nullable in rows:
+    for stored, name, typ, stored_nullable in rows:
         table = "spans" if stored == SPAN_ROWS else stored  # DuckDB's `spans` is a view of its stored rows
         if table in NOT_IN_CLICKHOUSE or name in layout(table).skip:
             continue
+        nullable = name not in _REQUIRED_SPAN_COLUMNS if table == "spans" else stored_nullable
         tables.setdefault(table, []).append(Column(name, clickhouse_type(typ, nullable)))
     return tables
 
