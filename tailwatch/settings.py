@@ -193,7 +193,7 @@ class StorageSettings(_Section):
     attributes: Literal["whole", "split"] = Field(
         "split",
         description="How new spans' attributes are stored (DuckDB). split: the values a canonical column holds "
-        "exactly are stored once, in the column (about 0.45 of the bytes, and faster ingest). whole: as sent, "
+        "exactly are stored once, in the column (about 0.43 of the bytes, and faster ingest). whole: as sent, "
         "the raw text kept byte for byte.",
     )
     detection_memory_mb: int = Field(
