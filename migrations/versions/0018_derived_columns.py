@@ -16,6 +16,8 @@ Create Date: 2026-11-24
 
 from alembic import op
 
+from migrations.spans_view import definition, redefine
+
 revision = "0018"
 down_revision = "0017"
 branch_labels = None
@@ -43,29 +45,20 @@ def _derived_from() -> str:
     return f", columns_derived FROM (SELECT {inner} FROM span_rows) AS span_rows"
 
 
-def _view() -> str:
-    rows = op.get_bind().exec_driver_sql("SELECT sql FROM duckdb_views() WHERE view_name = 'spans'").fetchall()
-    if len(rows) != 1:
-        raise RuntimeError("the spans view is missing")
-    return str(rows[0][0]).rstrip().removesuffix(";")
-
-
 def upgrade() -> None:
-    view = _view()
+    view = definition()
     if not view.endswith(_FROM) or view.count(_FROM) != 1:
         raise RuntimeError(f"spans is not defined as expected: it does not end {_FROM!r}")
     op.execute("ALTER TABLE span_rows ADD COLUMN columns_derived UTINYINT")
-    # Straight to DuckDB: SQLAlchemy would read the JSON text's `":` as the start of a bind parameter.
-    derived = view.removeprefix("CREATE ").removesuffix(_FROM) + _derived_from()
-    op.get_bind().exec_driver_sql("CREATE OR REPLACE " + derived)
+    redefine(view.removesuffix(_FROM) + _derived_from())
 
 
 def downgrade() -> None:
     sets = ", ".join(f"{column} = {sql}" for column, sql in _READS.items())
     op.execute(f"UPDATE span_rows SET {sets} WHERE columns_derived <> 0")
-    view = _view()
+    view = definition()
     at = view.rfind(", columns_derived FROM (")
     if at < 0:
         raise RuntimeError("spans is not defined as expected: it does not read columns_derived")
-    op.get_bind().exec_driver_sql("CREATE OR REPLACE " + view[:at].removeprefix("CREATE ") + _FROM)
+    redefine(view[:at] + _FROM)
     op.execute("ALTER TABLE span_rows DROP COLUMN columns_derived")

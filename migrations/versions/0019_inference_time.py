@@ -16,6 +16,8 @@ Create Date: 2026-11-25
 
 from alembic import op
 
+from migrations.spans_view import definition, redefine
+
 revision = "0019"
 down_revision = "0018"
 branch_labels = None
@@ -28,23 +30,11 @@ _ADDED = f", CASE WHEN attributes_moved & {_BIT} <> 0 THEN {_PAIR} END"
 _LAST = "(('\"deployment\":' || CAST(to_json(deployment) AS VARCHAR))) ELSE NULL END"
 
 
-def _view() -> str:
-    rows = op.get_bind().exec_driver_sql("SELECT sql FROM duckdb_views() WHERE view_name = 'spans'").fetchall()
-    if len(rows) != 1:
-        raise RuntimeError("the spans view is missing")
-    return str(rows[0][0]).rstrip().removesuffix(";")
-
-
-def _redefine(view: str) -> None:
-    # Straight to DuckDB: SQLAlchemy would read the JSON text's `":` as the start of a bind parameter.
-    op.get_bind().exec_driver_sql("CREATE OR REPLACE " + view.removeprefix("CREATE "))
-
-
 def upgrade() -> None:
-    view = _view()
+    view = definition()
     if view.count(_LAST) != 1:
         raise RuntimeError(f"spans is not defined as expected: {_LAST!r} is not in it once")
-    _redefine(view.replace(_LAST, _LAST + _ADDED, 1))
+    redefine(view.replace(_LAST, _LAST + _ADDED, 1))
 
 
 def downgrade() -> None:
@@ -54,9 +44,9 @@ def downgrade() -> None:
         f"UPDATE span_rows SET attributes_rest = ({back})::JSON, "
         f"attributes_moved = attributes_moved & ~{_BIT}::UBIGINT WHERE attributes_moved & {_BIT} <> 0"
     )
-    view = _view()
+    view = definition()
     at = view.find(_LAST)
     end = view.find(" ELSE NULL END", at + len(_LAST))
     if at < 0 or "time_in_model_inference" not in view[at:end]:
         raise RuntimeError("spans is not defined as expected: it does not write the inference time back")
-    _redefine(view[: at + len(_LAST)] + view[end + len(" ELSE NULL END") :])
+    redefine(view[: at + len(_LAST)] + view[end + len(" ELSE NULL END") :])

@@ -16,6 +16,8 @@ Create Date: 2026-11-25
 
 from alembic import op
 
+from migrations.spans_view import definition, redefine
+
 revision = "0020"
 down_revision = "0019"
 branch_labels = None
@@ -33,18 +35,6 @@ _LAST = ", columns_derived FROM "
 _ADDED = ", columns_derived, duration_rem_ns FROM "
 
 
-def _view() -> str:
-    rows = op.get_bind().exec_driver_sql("SELECT sql FROM duckdb_views() WHERE view_name = 'spans'").fetchall()
-    if len(rows) != 1:
-        raise RuntimeError("the spans view is missing")
-    return str(rows[0][0]).rstrip().removesuffix(";")
-
-
-def _redefine(view: str) -> None:
-    # Straight to DuckDB: SQLAlchemy would read the JSON text's `":` as the start of a bind parameter.
-    op.get_bind().exec_driver_sql("CREATE OR REPLACE " + view.removeprefix("CREATE "))
-
-
 def _split(view: str, last: str) -> tuple[str, str]:
     """The view up to its subquery, and the subquery, each column list ending with `last`."""
     at = view.find(_INNER)
@@ -54,24 +44,24 @@ def _split(view: str, last: str) -> tuple[str, str]:
 
 
 def upgrade() -> None:
-    outer, inner = _split(_view(), _LAST)
+    outer, inner = _split(definition(), _LAST)
     if inner.count(_PLAIN) != 1:
         raise RuntimeError(f"spans is not defined as expected: {_PLAIN!r} is not in its subquery once")
     op.execute("ALTER TABLE span_rows ALTER COLUMN duration_ms DROP NOT NULL")
     op.execute("ALTER TABLE span_rows ADD COLUMN duration_rem_ns SMALLINT")
     inner = inner.replace(_PLAIN, f" end_time, {_READ} AS duration_ms, status_code,", 1)
-    _redefine((outer + inner).replace(_LAST, _ADDED))
+    redefine((outer + inner).replace(_LAST, _ADDED))
 
 
 def downgrade() -> None:
     # Rewritten rather than UPDATEd: DuckDB cannot set NOT NULL in a transaction with updates outstanding.
     op.execute(f"ALTER TABLE span_rows ALTER COLUMN duration_ms TYPE DOUBLE USING {_READ}")
-    outer, inner = _split(_view(), _ADDED)
+    outer, inner = _split(definition(), _ADDED)
     start = inner.find(" end_time, CASE ")
     end = inner.find(" AS duration_ms, status_code,", start)
     if start < 0 or end < 0 or "duration_rem_ns" not in inner[start:end]:
         raise RuntimeError("spans is not defined as expected: it does not read duration_ms from the times")
     inner = inner[:start] + _PLAIN + inner[end + len(" AS duration_ms, status_code,") :]
-    _redefine((outer + inner).replace(_ADDED, _LAST))
+    redefine((outer + inner).replace(_ADDED, _LAST))
     op.execute("ALTER TABLE span_rows DROP COLUMN duration_rem_ns")
     op.execute("ALTER TABLE span_rows ALTER COLUMN duration_ms SET NOT NULL")
