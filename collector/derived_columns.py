@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.model import MAX_TIME_NS
+
 # Not pa.scalar(None, ...): at import, before the service refuses pandas (collector/lean_imports.py),
 # converting a Python value would make pyarrow import it.
 NULL_FLOAT = pa.nulls(1, pa.float64())[0]
@@ -99,8 +101,6 @@ def same_float(value: np.ndarray, again: np.ndarray) -> np.ndarray:
 # (end − start) in ns is exact as a double below 2^53 (104 days), and its microseconds times 1000 cannot
 # overflow a BIGINT: a longer span keeps its stored duration.
 _EXACT_NS = 1 << 53
-# A time of 2^63 − 1 ns is DuckDB's infinity, which has no microseconds to read back.
-_INFINITY_NS = (1 << 63) - 1
 
 _LOST_NS = (
     "epoch_ns(end_time) - epoch_ns(start_time) - (epoch_us(end_time::TIMESTAMP) - epoch_us(start_time::TIMESTAMP)) "
@@ -109,10 +109,11 @@ _LOST_NS = (
 # What the writer stores as `duration_rem_ns` from the batch's nanosecond times: what storing each at the
 # microsecond (DuckDB rounds half up) took off their difference, −1000..1000. Written against the batch
 # rather than computed here so that the rounding is DuckDB's own.
+DURATION_REM = "duration_rem_ns"
 DURATION_REM_SQL = f"CASE WHEN duration_ms IS NULL THEN {_LOST_NS} END"
 # `duration_ms` as the `spans` view reads it: the walks' `(end − start) / 1e6` over the stored times.
 DURATION_READ_SQL = (
-    "CASE WHEN duration_ms IS NULL THEN ((epoch_us(end_time) - epoch_us(start_time)) * 1000 + duration_rem_ns)"
+    f"CASE WHEN duration_ms IS NULL THEN ((epoch_us(end_time) - epoch_us(start_time)) * 1000 + {DURATION_REM})"
     "::DOUBLE / 1e6 ELSE duration_ms END"
 )
 
@@ -123,7 +124,8 @@ def leave_duration(start_time: pa.Array, end_time: pa.Array, duration_ms: pa.Arr
     end = end_time.cast(pa.int64()).to_numpy(zero_copy_only=False)
     ns = end - start
     again = ns.astype(np.float64) / 1e6
-    same = same_float(duration_ms.to_numpy(zero_copy_only=False), again) & (ns < _EXACT_NS) & (end < _INFINITY_NS)
+    # The latest time there is (MAX_TIME_NS) is DuckDB's infinity, which has no microseconds to read back.
+    same = same_float(duration_ms.to_numpy(zero_copy_only=False), again) & (ns < _EXACT_NS) & (end < MAX_TIME_NS)
     if not same.any():
         return duration_ms
     return pc.if_else(pa.array(same), NULL_FLOAT, duration_ms)

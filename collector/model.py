@@ -203,8 +203,6 @@ SPAN_BATCH_SCHEMA = batch_schema(SPAN_COLUMNS)
 MOVED = pa.field("attributes_moved", pa.uint64())
 # And which derived columns it stored as NULL for the reader to derive (collector/derived_columns.py).
 DERIVED = pa.field("columns_derived", pa.uint8())
-# What the writer stores beside a `duration_ms` left NULL (collector/derived_columns.py).
-DURATION_REM = pa.field("duration_rem_ns", pa.int16())
 SCORE_BATCH_SCHEMA = batch_schema(SCORE_COLUMNS)
 ENGINE_METRIC_BATCH_SCHEMA = batch_schema(ENGINE_METRIC_COLUMNS)
 

@@ -22,13 +22,13 @@ from functools import cache
 
 import pyarrow as pa
 
-from collector.derived_columns import DURATION_REM_SQL
-from collector.model import DERIVED, DURATION_REM, MOVED
+from collector.derived_columns import DURATION_REM, DURATION_REM_SQL
+from collector.model import DERIVED, MOVED
 from collector.moved_attributes import BITS, MOVES, Move
 
 # The physical columns behind `spans.attributes`: DuckDB's own storage, not part of the request model
 # another backend stores.
-STORED_ONLY = ("attributes_rest", MOVED.name, DERIVED.name, DURATION_REM.name)
+STORED_ONLY = ("attributes_rest", MOVED.name, DERIVED.name, DURATION_REM)
 # The table `spans` is a view of, and what writes go to. Not a virtual column of one table: DuckDB
 # evaluates a virtual column on every INSERT to check it, nearly half the cost of inserting a span.
 SPAN_ROWS = "span_rows"
@@ -47,7 +47,7 @@ def insert_spans_sql(view: str, columns: tuple[str, ...]) -> str:
     kept = [c for c in columns if c not in ("attributes", MOVED.name, DERIVED.name)]
     names = ", ".join(kept)
     return (
-        f"INSERT INTO {SPAN_ROWS} ({names}, attributes_rest, {MOVED.name}, {DERIVED.name}, {DURATION_REM.name}, "
+        f"INSERT INTO {SPAN_ROWS} ({names}, attributes_rest, {MOVED.name}, {DERIVED.name}, {DURATION_REM}, "
         f"ingested_at) SELECT {names}, attributes, {MOVED.name}, {DERIVED.name}, {DURATION_REM_SQL}, ? FROM {view}"
     )
 
