@@ -23,6 +23,7 @@ from collector.engine_names import EngineNames
 from collector.errors import ExportError, Overloaded, Unavailable
 from collector.metrics import IngestMetrics
 from collector.normalize import NormalizeConfig
+from collector.thread_names import name_this_thread
 from storage.ports import SpanSink
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,9 @@ class IngestPipeline:
         if not self.processes:
             # Threads keep the receivers' event loop free. The compiled walk releases the GIL, so two use both
             # cores; the Python walk's share one.
-            return ThreadPoolExecutor(max_workers=2, thread_name_prefix="tailwatch-decode")
+            return ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="tailwatch-decode", initializer=name_this_thread
+            )
         # forkserver: forking a process that runs gRPC threads is unsafe, and spawn re-imports slowly.
         ctx = multiprocessing.get_context("forkserver")
         # The fork server imports the decoder once and its workers share those pages; its default would

@@ -36,6 +36,7 @@ from collector.engine_points import Origin, Point, PointColumns, Temporality
 from collector.metrics import IngestMetrics
 from collector.model import MAX_TIME_NS
 from collector.normalize import Plan
+from collector.thread_names import name_this_thread
 from storage.ports import ScrapeHealth, SpanSink, TargetHealth
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,11 @@ class Scraper:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._session: aiohttp.ClientSession | None = None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="tailwatch-scraper", daemon=True)
+        self._thread = threading.Thread(target=self._run_loop, name="tailwatch-scraper", daemon=True)
+
+    def _run_loop(self) -> None:
+        name_this_thread()
+        self._loop.run_forever()
 
     def start(self, *, rounds: bool = True) -> None:
         """Start the scraper's thread; with `rounds`, a round now and every interval after."""

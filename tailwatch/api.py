@@ -18,6 +18,7 @@ import pyarrow as pa
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
+from collector.thread_names import name_this_thread
 from detectors.detection import DetectionPass
 from storage import export
 from storage.ports import AlertQueries, AnalystSQL, ConsoleQueries, QueryError
@@ -340,6 +341,7 @@ class _SqlHandlers:
 
 
 def _lower_priority() -> None:
+    name_this_thread()
     # Linux applies nice per thread. It covers the thread that drives each analyst query, not DuckDB's
     # shared workers, which is why it only partly protects ingest (docs/benchmarks.md).
     with contextlib.suppress(OSError, AttributeError):

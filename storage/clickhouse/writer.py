@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
+from collector.thread_names import name_this_thread
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import INGEST_TABLE
 from storage.duckdb.writer import WriterMetrics
@@ -115,6 +116,7 @@ class ClickHouseWriter:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        name_this_thread()
         while (items := self._queue.take()) is not None:
             self._commit(items)
 

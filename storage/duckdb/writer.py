@@ -24,6 +24,7 @@ import polars as pl
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from collector.thread_names import name_this_thread
 from storage.dedup import RecentSpans, first_occurrences, span_keys
 from storage.duckdb.space import DiskSpace
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
@@ -170,6 +171,7 @@ class Writer:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        name_this_thread()
         while (items := self._queue.take()) is not None:
             spans = [i for i in items if isinstance(i, _Batch)]
             if spans:
