@@ -7,8 +7,10 @@ The ceiling is measured in the same run because this machine's speed varies by a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -79,19 +81,28 @@ def insert_ceiling(requests: list[bytes], workdir: Path, split: bool) -> float:
     return rows / seconds
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process `pid` started, and theirs (the decoder processes and their fork server)."""
+    found: list[int] = []
+    parents = [pid]
+    while parents:
+        for task in Path(f"/proc/{parents.pop()}/task").glob("*/children"):
+            # Every thread's children: the decoder processes are started from a worker thread, not the main one.
+            with contextlib.suppress(OSError):
+                kids = [int(c) for c in task.read_text().split()]
+                found.extend(kids)
+                parents.extend(kids)
+    return found
+
+
 def rss_kib(pid: int) -> int:
     """RSS of a process and all its descendants (the decoder workers), in KiB."""
     total = 0
-    pids = [pid]
-    while pids:
-        p = pids.pop()
+    for p in (pid, *descendants(pid)):
         try:
             with open(f"/proc/{p}/status") as f:
                 total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-            # Every thread's children: the decoder processes are started from a worker thread, not the main one.
-            for task in Path(f"/proc/{p}/task").iterdir():
-                pids.extend(int(c) for c in (task / "children").read_text().split())
-        except (FileNotFoundError, StopIteration, ProcessLookupError):
+        except (OSError, StopIteration):
             continue
     return total
 
@@ -115,6 +126,77 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         return self.peak
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+UNNAMED = "unnamed (DuckDB's, Arrow's pools)"
+
+
+def _on_cpu_ns(pid: int) -> dict[str, int]:
+    """Nanoseconds on a CPU so far of each live thread of `pid`, by thread id and kernel name (schedstat's
+    first field: the scheduler's own count, exact where /proc's utime and stime are 10 ms ticks)."""
+    used: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):  # empty once the process has ended
+        with contextlib.suppress(OSError):  # the thread ended meanwhile
+            name = "main (event loop)" if task.name == str(pid) else (task / "comm").read_text().strip()
+            used[f"{task.name} {name}"] = int((task / "schedstat").read_text().split()[0])
+    return used
+
+
+def cpu_by_thread(pid: int) -> dict[str, int]:
+    """Nanoseconds on a CPU so far of the server's threads, summed by kernel name (digits dropped, so both
+    decoder threads are one line), and of its decoder processes."""
+    used: dict[str, int] = {}
+    for key, ns in _on_cpu_ns(pid).items():
+        name = key.split(" ", 1)[1]
+        name = name.rstrip("0123456789").rstrip("_-") or name
+        # Threads the service did not start inherit the process's name: DuckDB's and Arrow's own pools.
+        name = UNNAMED if name in ("python", "tailwatch") else name
+        used[name] = used.get(name, 0) + ns
+    children = sum(sum(_on_cpu_ns(child).values()) for child in descendants(pid))
+    if children:
+        used["decoder processes"] = children
+    return used
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of every core since boot, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle and iowait
+    return sum(values) - idle, sum(values)
+
+
+class CpuAccount:
+    """Where the CPU of one pass went, µs per span: each server thread, the benchmark's own client (this
+    process: the gRPC client and the RSS sampler), and everything else on the machine."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._server = cpu_by_thread(pid)
+        self._client = _own_seconds()
+        self._busy, self._total = machine_ticks()
+
+    def per_span(self, spans: int) -> dict[str, float]:
+        server = cpu_by_thread(self._pid)
+        busy, total = machine_ticks()
+        us = 1e6 / spans
+        shares = {k: (v - self._server.get(k, 0)) / 1e9 * us for k, v in server.items()}
+        shares = {k: round(v, 2) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0}
+        server_us = sum(shares.values())
+        client_us = (_own_seconds() - self._client) * us
+        machine_us = (busy - self._busy) / CLOCK_TICKS * us
+        return {
+            **{f"server: {k}": v for k, v in shares.items()},
+            "server, all": round(server_us, 2),
+            "benchmark client": round(client_us, 2),
+            "rest of the machine": round(machine_us - server_us - client_us, 2),
+            "machine busy, share of all cores": round((busy - self._busy) / (total - self._total), 3),
+        }
+
+
+def _own_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def free_port() -> int:
@@ -227,7 +309,9 @@ def main() -> None:
             db = workdir / f"{label}.duckdb"
             proc, grpc_port, _api_port = run_server(db, workdir, settings)
             sampler = RssSampler(proc.pid)
+            account = CpuAccount(proc.pid)
             stats = send_all(f"127.0.0.1:{grpc_port}", reqs, concurrency)
+            cpu = account.per_span(len(reqs) * args.batch)
             peak_kib = sampler.stop()
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(120)
@@ -246,6 +330,7 @@ def main() -> None:
                 "exit_code": exit_code,
             }
             print(label, json.dumps(results[label]), flush=True)
+            print(f"{label}: CPU µs per span", json.dumps(cpu, indent=1, ensure_ascii=False), flush=True)
             assert stored == sent, f"{label}: stored {stored} of {sent} acknowledged spans"
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
