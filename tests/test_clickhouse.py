@@ -21,7 +21,8 @@ from conftest import RunningService, service_settings
 from polars.testing import assert_frame_equal
 from test_disk_full import post
 from test_storage_ports import REQUESTS, SCORES, WINDOW
-from waiting import HANG_GUARD
+from test_thread_names import kernel_names
+from waiting import HANG_GUARD, wait_until
 
 from collector.follow import Follower
 from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_COLUMNS
@@ -528,3 +529,13 @@ def test_clickhouses_spans_columns_are_nullable_as_the_model_says_not_as_duckdb_
         evaluator.close()
     assert types == {c.name: clickhouse_type(c.sql_type, not c.required) for c in SPAN_COLUMNS if c.name in types}
     assert types["duration_ms"] == "Float64"
+
+
+def test_the_clickhouse_writer_thread_is_named_for_top() -> None:
+    # Before its first insert: in-process chDB renames a thread that runs its queries ("Unknown"); over HTTP
+    # to a ClickHouse server the name stays.
+    store = open_chdb("thread_name")
+    try:
+        wait_until(lambda: "tw-clickhouse-w" in kernel_names(os.getpid()), "the writer thread to name itself")
+    finally:
+        store.close()

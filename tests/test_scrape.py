@@ -7,6 +7,7 @@ saw, so concurrency is asserted on the order of events, never on how long anythi
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import urllib.request
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from conftest import RunningService, service_settings
 from prometheus_client import CollectorRegistry
+from test_thread_names import kernel_names
 from waiting import HANG_GUARD, WriterHold, join, wait_until
 
 from collector.metrics import IngestMetrics
@@ -460,6 +462,11 @@ def test_the_service_scrapes_its_targets_until_it_stops(db_path: Path, servers: 
         assert svc.rows("SELECT DISTINCT source, deployment, interval_s FROM engine_metrics") == [
             ("scrape", "llama", 0.2)
         ]
+
+
+def test_the_scrapers_thread_is_named_for_top(scraper: ScraperFactory, servers: Callable[[Any], Any]) -> None:
+    scraper([ScrapeTarget(url=servers(Endpoint()).url)])
+    assert "tw-scraper" in kernel_names(os.getpid())
 
 
 def test_every_scrape_metric_and_outcome_is_documented() -> None:
