@@ -132,14 +132,14 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 UNNAMED = "unnamed (DuckDB's, Arrow's pools)"
 
 
-def _on_cpu_ns(pid: int) -> dict[str, int]:
-    """Nanoseconds on a CPU so far of each live thread of `pid`, by thread id and kernel name (schedstat's
-    first field: the scheduler's own count, exact where /proc's utime and stime are 10 ms ticks)."""
-    used: dict[str, int] = {}
+def _on_cpu_ns(pid: int) -> list[tuple[str, int]]:
+    """(kernel name, nanoseconds on a CPU so far) of each live thread of `pid` (schedstat's first field: the
+    scheduler's own count, exact where /proc's utime and stime are 10 ms ticks)."""
+    used: list[tuple[str, int]] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):  # empty once the process has ended
         with contextlib.suppress(OSError):  # the thread ended meanwhile
             name = "main (event loop)" if task.name == str(pid) else (task / "comm").read_text().strip()
-            used[f"{task.name} {name}"] = int((task / "schedstat").read_text().split()[0])
+            used.append((name, int((task / "schedstat").read_text().split()[0])))
     return used
 
 
@@ -147,13 +147,12 @@ def cpu_by_thread(pid: int) -> dict[str, int]:
     """Nanoseconds on a CPU so far of the server's threads, summed by kernel name (digits dropped, so both
     decoder threads are one line), and of its decoder processes."""
     used: dict[str, int] = {}
-    for key, ns in _on_cpu_ns(pid).items():
-        name = key.split(" ", 1)[1]
-        name = name.rstrip("0123456789").rstrip("_-") or name
+    for thread, ns in _on_cpu_ns(pid):
+        name = thread.rstrip("0123456789").rstrip("_-") or thread
         # Threads the service did not start inherit the process's name: DuckDB's and Arrow's own pools.
-        name = UNNAMED if name in ("python", "tailwatch") else name
-        used[name] = used.get(name, 0) + ns
-    children = sum(sum(_on_cpu_ns(child).values()) for child in descendants(pid))
+        group = UNNAMED if name in ("python", "tailwatch") else name
+        used[group] = used.get(group, 0) + ns
+    children = sum(ns for child in descendants(pid) for _, ns in _on_cpu_ns(child))
     if children:
         used["decoder processes"] = children
     return used
