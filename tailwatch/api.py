@@ -212,7 +212,7 @@ class _SqlHandlers:
         # Their own threads, so a slow query never takes a thread that /v1/detect waits for; and at a lower
         # CPU priority, so on a busy machine ingest goes first.
         self._pool = ThreadPoolExecutor(
-            max_workers=slots, thread_name_prefix="tailwatch-sql", initializer=_lower_priority
+            max_workers=slots, thread_name_prefix="tailwatch-sql", initializer=_start_sql_thread
         )
         self._slots = asyncio.Semaphore(slots)
 
@@ -340,7 +340,8 @@ class _SqlHandlers:
                 await asyncio.sleep(0.01)
 
 
-def _lower_priority() -> None:
+def _start_sql_thread() -> None:
+    """Each SQL thread, as it starts: its name in the kernel, and a lower CPU priority."""
     name_this_thread()
     # Linux applies nice per thread. It covers the thread that drives each analyst query, not DuckDB's
     # shared workers, which is why it only partly protects ingest (docs/benchmarks.md).
