@@ -63,9 +63,13 @@ MILLISECONDS = _scaled(1.0)
 
 
 _MAX_COUNT = float(2**63 - 1024)  # the largest float below int64's limit
+_MAX_INT64 = 2**63 - 1
 
 
 def _count(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        # Exactly, as the int64 kernel reads a column of integers: through float a count past 2**53 moves.
+        return value if 0 <= value <= _MAX_INT64 else None
     number = parse_number(value)
     return None if number is None or number < 0 or number > _MAX_COUNT else int(number)
 
@@ -398,13 +402,40 @@ def _column(gathered: KeyValues, convert: Converter) -> pa.Array:
                 arr = arr.cast(pa.int64())
                 return pc.if_else(pc.less(arr, 0), pa.scalar(None, pa.int64()), arr)
         elif convert in (_text, _lower) and typ in (pa.string(), pa.null()):
-            arr = pc.utf8_trim_whitespace(arr.cast(pa.string()))
-            arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+            arr = _text_kernel(arr.cast(pa.string()))
             return pc.utf8_lower(arr) if convert is _lower else arr
+        elif (
+            convert is _finish_reason
+            and typ in (pa.string(), pa.null())
+            and (reasons := _first_reasons(arr.cast(pa.string()))) is not None
+        ):
+            return reasons
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass  # e.g. an integer beyond float64's exact range: take the general path
     values = gathered.pylist()
     return pa.array([None if v is None else convert(v) for v in values], _ARROW_TYPE.get(convert, pa.string()))
+
+
+def _text_kernel(arr: pa.Array) -> pa.Array:
+    """`_text` over a string column."""
+    arr = pc.utf8_trim_whitespace(arr)
+    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+
+
+# A JSON array of strings without escapes, all of it as orjson reads it: what `_finish_reason` takes the
+# first entry of. Anything else that looks like JSON leaves the column to the converter.
+_WS = r"[ \t\n\r]*"
+_CHARS = r'[^"\\\x00-\x1f]*'
+_STRING_ARRAY = rf'^\[{_WS}"(?P<first>{_CHARS})"(?:{_WS},{_WS}"{_CHARS}")*{_WS}\]{_WS}$'
+
+
+def _first_reasons(arr: pa.Array) -> pa.Array | None:
+    """`_finish_reason` over a string column, or None where a value needs the converter."""
+    first = pc.struct_field(pc.extract_regex(arr, _STRING_ARRAY), [0])
+    looks_json = pc.or_(pc.starts_with(arr, "["), pc.starts_with(arr, "{"))
+    if pc.any(pc.and_(pc.is_null(first), looks_json)).as_py():
+        return None
+    return _text_kernel(pc.coalesce(first, arr))
 
 
 _ARROW_TYPE: dict[Converter, pa.DataType] = {
