@@ -2,7 +2,8 @@
 
 Best of 5, one core, the same 20 requests of 1,000 spans (20 attributes each) for every row:
 - the walk alone (parse, validate, stored columns, gathered keys), compiled and Python;
-- the shared finish alone (scores, first-token times, normalization, the final batch);
+- the shared finish alone (scores, first-token times, normalization, the final batch), also in the form
+  DuckDB stores (split attributes, derived values left out: what the service runs);
 - the whole `decode_traces` with each decoder.
 
 .venv/bin/python bench/decode_stages.py
@@ -20,6 +21,7 @@ from llm_spans import unique_requests
 
 from collector import native_walk, span_walk
 from collector.decode import Decoder, Encoding, decode_traces, default_plan, finish
+from collector.moved_attributes import gathered_keys, left_out
 
 
 def best_of(fn: Callable[[], object], spans: int, rounds: int = 5) -> float:
@@ -37,10 +39,13 @@ def main() -> None:
     plan = default_plan()
     keys = (plan.walk_span_keys, plan.walk_resource_keys)
     walked = [span_walk.walk(r, *keys) for r in requests]
+    split_keys = gathered_keys(plan.walk_span_keys)
+    walked_split = [span_walk.walk(r, split_keys, plan.walk_resource_keys, left_out(split_keys)) for r in requests]
 
     stages: list[tuple[str, Callable[[], object]]] = [
         ("python walk", lambda: [span_walk.walk(r, *keys) for r in requests]),
         ("shared finish (normalize, scores, batch)", lambda: [finish(w, plan) for w in walked]),
+        ("shared finish, as DuckDB stores it", lambda: [finish(w, plan, split_attributes=True) for w in walked_split]),
         (
             "full decode_traces, python",
             lambda: [decode_traces(r, Encoding.PROTOBUF, decoder=Decoder.PYTHON) for r in requests],
