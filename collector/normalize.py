@@ -407,7 +407,8 @@ def _column(gathered: KeyValues, convert: Converter) -> pa.Array:
                 arr = _as(arr, pa.int64())
                 return pc.if_else(pc.less(arr, 0), pa.scalar(None, pa.int64()), arr)
         elif convert in (_text, _lower) and typ in (pa.string(), pa.null()):
-            arr = _text_kernel(_as(arr, pa.string()))
+            arr = pc.utf8_trim_whitespace(_as(arr, pa.string()))
+            arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
             return pc.utf8_lower(arr) if convert is _lower else arr
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass  # e.g. an integer beyond float64's exact range: take the general path
@@ -416,12 +417,6 @@ def _column(gathered: KeyValues, convert: Converter) -> pa.Array:
     distinct = KeyValues(encoded.dictionary, gathered.json).pylist()
     converted = pa.array([None if v is None else convert(v) for v in distinct], _ARROW_TYPE.get(convert, pa.string()))
     return converted.take(encoded.indices)
-
-
-def _text_kernel(arr: pa.Array) -> pa.Array:
-    """`_text` over a string column."""
-    arr = pc.utf8_trim_whitespace(arr)
-    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
 
 
 _ARROW_TYPE: dict[Converter, pa.DataType] = {
