@@ -1079,6 +1079,9 @@ def test_finish_reason_takes_the_first_array_entry_and_falls_through() -> None:
         ({"llm.finish_reason": "stop", "gen_ai.response.finish_reason": "length"}, "stop"),
         ({"gen_ai.response.finish_reason": "length", "llm.response.finish_reason": "stop"}, "length"),
         ({"llm.response.finish_reason": "end_turn"}, "end_turn"),
+        # An object (or an array of them) names its reason under `type` or, failing that, `finish_reason`.
+        ({"gen_ai.response.finish_reasons": '{"type":"length","finish_reason":"stop"}'}, "length"),
+        ({"gen_ai.response.finish_reasons": '[{"type":null,"finish_reason":"tool_calls"}]'}, "tool_calls"),
     ]
     for attrs, reason in cases:
         row = llm_row(export([span("chat m", attributes={"gen_ai.operation.name": "chat", **attrs})], {}))
