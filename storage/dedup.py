@@ -17,18 +17,52 @@ import pyarrow as pa
 _SEED = 0x7A11  # fixed, so keys rebuilt from the table after a restart match keys computed at ingest
 
 
-def span_keys(table: pa.Table) -> pl.Series:
-    """64-bit hash of (trace_id, span_id) for every row; collisions are resolved by `confirm`."""
+def _ids(table: pa.Table) -> pl.DataFrame:
     frame = pl.from_arrow(table.select(["trace_id", "span_id"]))
     assert isinstance(frame, pl.DataFrame)
-    return frame.select(pl.concat_str("trace_id", "span_id", separator=":").hash(_SEED)).to_series()
+    return frame
+
+
+# 64-bit hash of (trace_id, span_id); collisions are resolved against the table before a span is dropped.
+_KEY = pl.concat_str("trace_id", "span_id", separator=":").hash(_SEED).alias("key")
+_FIRST = pl.struct("trace_id", "span_id").is_first_distinct().alias("first")
+
+
+def span_keys(table: pa.Table) -> pl.Series:
+    """Every row's identity key."""
+    return _ids(table).select(_KEY).to_series()
 
 
 def first_occurrences(table: pa.Table) -> pl.Series:
     """True for the first row of each (trace_id, span_id) in `table`: a batch may repeat a span."""
-    frame = pl.from_arrow(table.select(["trace_id", "span_id"]))
-    assert isinstance(frame, pl.DataFrame)
-    return frame.select(pl.struct("trace_id", "span_id").is_first_distinct()).to_series()
+    return _ids(table).select(_FIRST).to_series()
+
+
+@dataclass(frozen=True)
+class Identities:
+    """A batch's identity keys and which rows are the first of their identity within it."""
+
+    keys: list[int]
+    first: list[bool]
+
+    @classmethod
+    def of(cls, table: pa.Table) -> Identities:
+        both = _ids(table).select(_KEY, _FIRST)
+        return cls(both["key"].to_list(), both["first"].to_list())
+
+
+def first_in_group(batches: list[Identities], combined: pa.Table) -> list[bool]:
+    """True for the first row of each (trace_id, span_id) across `batches`, concatenated as `combined`.
+
+    Each batch's own firsts are exact. Two batches can only share a span if they share its key, so when
+    no key is kept twice the firsts stand; when one is (a retry queued beside its original, or two spans
+    whose keys collide), the exact comparison over the whole group decides."""
+    keep = [f for b in batches for f in b.first]
+    if len(batches) > 1:
+        kept = [k for b in batches for k, f in zip(b.keys, b.first, strict=True) if f]
+        if len(set(kept)) < len(kept):
+            return first_occurrences(combined).to_list()
+    return keep
 
 
 @dataclass

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from waiting import WriterHold, join
 
 from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
-from storage.dedup import RecentSpans, span_keys
+from storage.dedup import Identities, RecentSpans, first_in_group, first_occurrences, span_keys
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.writer import Writer, WriteResult, WriterMetrics
@@ -328,6 +328,49 @@ def test_one_group_commit_answers_each_request_with_its_own_inserted_and_duplica
         WriteResult(inserted=3, duplicates=1),
     ]
     assert stored(db) == {f"span-{i}": 1 for i in "abcdefghi"}
+
+
+def test_a_span_sent_twice_in_one_request_is_stored_once(tmp_path: Path) -> None:
+    db = tmp_path / "repeat.duckdb"
+    with writer_on(db, Clock(1_000.0)) as writer:
+        assert write(writer, spans("a", "b", "a")) == WriteResult(inserted=2, duplicates=1)
+    assert stored(db) == {"span-a": 1, "span-b": 1}
+
+
+def test_a_retry_queued_beside_its_original_in_one_group_commit_is_stored_once(tmp_path: Path) -> None:
+    db = tmp_path / "beside.duckdb"
+    with writer_on(db, Clock(1_000.0)) as writer:
+        gate = threading.Event()
+        held = writer.submit(lambda _con: gate.wait(TIMEOUT))
+        futures = [writer.try_submit(batch) for batch in (spans("a", "b"), spans("c"), spans("b", "a", "d"))]
+        gate.set()
+        held.result(timeout=TIMEOUT)
+        answers = [f.result(timeout=TIMEOUT) for f in futures if f is not None]
+    assert answers == [
+        WriteResult(inserted=2, duplicates=0),
+        WriteResult(inserted=1, duplicates=0),
+        WriteResult(inserted=1, duplicates=2),
+    ]
+    assert stored(db) == {"span-a": 1, "span-b": 1, "span-c": 1, "span-d": 1}
+
+
+def test_two_batches_sharing_a_key_but_not_a_span_both_keep_it() -> None:
+    # Each batch's keys are computed when it is queued; a key in two batches of one group is a retry or a
+    # collision, and only the spans' ids tell which. Colliding keys are forced here, the ids are real.
+    first, second = spans("a", "b"), spans("c")
+    combined = pa.concat_tables([first, second])
+    collide = [Identities([1, 2], [True, True]), Identities([1], [True])]
+    assert first_in_group(collide, combined) == [True, True, True]
+    same = pa.concat_tables([first, spans("a")])
+    assert first_in_group(collide, same) == [True, True, False]
+    # Without a shared key, each batch's own firsts stand.
+    assert first_in_group([Identities([1, 1], [True, False]), Identities([3], [True])], combined) == [True, False, True]
+
+
+def test_a_batchs_identities_are_the_keys_the_window_is_rebuilt_with() -> None:
+    batch = spans("a", "b", "a")
+    assert Identities.of(batch) == Identities(span_keys(batch).to_list(), first_occurrences(batch).to_list())
+    assert Identities.of(batch).first == [True, True, False]
 
 
 def test_a_failing_writer_job_is_rolled_back_answers_with_its_error_and_the_writer_goes_on(tmp_path: Path) -> None:

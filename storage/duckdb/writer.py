@@ -25,7 +25,7 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collector.thread_names import name_this_thread
-from storage.dedup import RecentSpans, first_occurrences, span_keys
+from storage.dedup import Identities, RecentSpans, first_in_group, span_keys
 from storage.duckdb.space import DiskSpace
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
 from storage.group_queue import GroupQueue
@@ -44,6 +44,7 @@ class _Batch:
     scores: pa.Table | None
     metrics: pa.Table | None = None
     future: Future[WriteResult] = field(default_factory=Future)
+    identities: Identities = field(default_factory=lambda: Identities([], []))
 
     @property
     def rows(self) -> int:
@@ -145,10 +146,13 @@ class Writer:
     ) -> Future[WriteResult] | None:
         """Queue spans, scores and engine metric points for the next group commit; None when full or closing."""
         item = _Batch(
-            spans,
+            with_moved(spans) if spans is not None else None,
             scores if scores is not None and scores.num_rows else None,
             metrics if metrics is not None and metrics.num_rows else None,
         )
+        if item.table is not None:
+            # On the submitting thread (a decoder's), not the writer's: ingest waits on the writer alone.
+            item.identities = Identities.of(item.table)
         if not self._queue.offer(item, item.rows):
             return None
         self._set_queue_gauge()
@@ -183,14 +187,14 @@ class Writer:
     def _commit(self, items: list[_Batch]) -> None:
         started = time.perf_counter()
         rows = sum(i.rows for i in items)
-        span_tables = [i.table for i in items if i.table is not None]
+        with_spans = [i for i in items if i.table is not None]
         score_tables = [i.scores for i in items if i.scores is not None]
         now = self._clock()
         try:
-            if span_tables:
-                combined = pa.concat_tables([with_moved(t) for t in span_tables])
-                keep, keys = self._new_rows(combined)
-                batch = combined.filter(pa.array(keep, pa.bool_()))
+            if with_spans:
+                combined = pa.concat_tables([i.table for i in with_spans if i.table is not None])
+                keep, keys = self._new_rows(combined, [i.identities for i in with_spans])
+                batch = combined if all(keep) else combined.filter(pa.array(keep, pa.bool_()))
             else:
                 keep, keys, batch = [], [], None
             scores = pa.concat_tables(score_tables) if score_tables else None
@@ -227,10 +231,10 @@ class Writer:
             self._queue.release(rows)
             self._set_queue_gauge()
 
-    def _new_rows(self, table: pa.Table) -> tuple[list[bool], list[int]]:
-        """Which rows to insert: first in the batch and not committed before. Returns (keep, keys)."""
-        keys = span_keys(table).to_list()
-        keep = first_occurrences(table).to_list()
+    def _new_rows(self, table: pa.Table, identities: list[Identities]) -> tuple[list[bool], list[int]]:
+        """Which rows to insert: first in the group and not committed before. Returns (keep, keys)."""
+        keys = [k for i in identities for k in i.keys]
+        keep = first_in_group(identities, table)
         suspects = [i for i, hit in enumerate(self._recent.contains(keys)) if hit and keep[i]]
         since = self._recent.oldest_ingest()
         if suspects and since is not None:
