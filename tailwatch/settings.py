@@ -189,7 +189,13 @@ class StorageSettings(_Section):
     memory_limit: str = Field(
         "512MB", description="DuckDB memory_limit; beyond it DuckDB spills to disk. Bounds the service RSS."
     )
-    threads: int = Field(2, ge=1, le=256, description="DuckDB worker threads.")
+    threads: int = Field(
+        2,
+        ge=1,
+        le=256,
+        description="DuckDB worker threads, shared by ingest, detection and queries. 1 raises ingest on 2 cores "
+        "(docs/benchmarks.md) while every query uses one core.",
+    )
     attributes: Literal["whole", "split"] = Field(
         "split",
         description="How new spans' attributes are stored (DuckDB). split: the values a canonical column holds "
