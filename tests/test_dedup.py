@@ -106,6 +106,13 @@ def stored(db: Path) -> dict[str, int]:
         con.close()
 
 
+def committed_together(writer: Writer, *batches: pa.Table) -> list[WriteResult]:
+    """Each batch's answer, the batches queued behind a held writer so that they commit as one group."""
+    with WriterHold(writer):
+        futures = [writer.try_submit(batch) for batch in batches]
+    return [f.result(timeout=TIMEOUT) for f in futures if f is not None]
+
+
 def keys(*ids: str) -> list[int]:
     return span_keys(spans(*ids)).to_list()
 
@@ -314,14 +321,7 @@ def test_one_group_commit_answers_each_request_with_its_own_inserted_and_duplica
     db = tmp_path / "group.duckdb"
     with writer_on(db, Clock(1_000.0)) as writer:
         assert write(writer, spans("a", "b")) == WriteResult(inserted=2, duplicates=0)
-        # Hold the writer in a job so the next three requests queue up and commit together.
-        gate = threading.Event()
-        held = writer.submit(lambda _con: gate.wait(TIMEOUT))
-        batches = (spans("c", "d", "e"), spans("a", "f"), spans("b", "g", "h", "i"))
-        futures = [writer.try_submit(batch) for batch in batches]
-        gate.set()
-        held.result(timeout=TIMEOUT)
-        answers = [f.result(timeout=TIMEOUT) for f in futures if f is not None]
+        answers = committed_together(writer, spans("c", "d", "e"), spans("a", "f"), spans("b", "g", "h", "i"))
     assert answers == [
         WriteResult(inserted=3, duplicates=0),
         WriteResult(inserted=1, duplicates=1),
@@ -340,12 +340,7 @@ def test_a_span_sent_twice_in_one_request_is_stored_once(tmp_path: Path) -> None
 def test_a_retry_queued_beside_its_original_in_one_group_commit_is_stored_once(tmp_path: Path) -> None:
     db = tmp_path / "beside.duckdb"
     with writer_on(db, Clock(1_000.0)) as writer:
-        gate = threading.Event()
-        held = writer.submit(lambda _con: gate.wait(TIMEOUT))
-        futures = [writer.try_submit(batch) for batch in (spans("a", "b"), spans("c"), spans("b", "a", "d"))]
-        gate.set()
-        held.result(timeout=TIMEOUT)
-        answers = [f.result(timeout=TIMEOUT) for f in futures if f is not None]
+        answers = committed_together(writer, spans("a", "b"), spans("c"), spans("b", "a", "d"))
     assert answers == [
         WriteResult(inserted=2, duplicates=0),
         WriteResult(inserted=1, duplicates=0),
