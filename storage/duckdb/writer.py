@@ -187,13 +187,13 @@ class Writer:
     def _commit(self, items: list[_Batch]) -> None:
         started = time.perf_counter()
         rows = sum(i.rows for i in items)
-        with_spans = [i for i in items if i.table is not None]
+        span_tables = [i.table for i in items if i.table is not None]
         score_tables = [i.scores for i in items if i.scores is not None]
         now = self._clock()
         try:
-            if with_spans:
-                combined = pa.concat_tables([i.table for i in with_spans if i.table is not None])
-                keep, keys = self._new_rows(combined, [i.identities for i in with_spans])
+            if span_tables:
+                combined = pa.concat_tables(span_tables)
+                keep, keys = self._new_rows(combined, [i.identities for i in items if i.table is not None])
                 batch = combined if all(keep) else combined.filter(pa.array(keep, pa.bool_()))
             else:
                 keep, keys, batch = [], [], None
