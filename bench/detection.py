@@ -1,6 +1,6 @@
 """Detector benchmark: one full pass over a 24-hour window of 10 million spans, then incremental runs.
 
-    .venv/bin/python bench/detection.py [--spans 10000000] [--keep DB]
+    .venv/bin/python bench/detection.py [--spans 10000000] [--keep DB] [--threads N]
 
 Spans are generated straight into DuckDB with SQL (sending 10M spans over OTLP would take minutes and
 measure ingest, not detection): 50 tenants with skewed rates, 8 replicas, 3 models, realistic token
@@ -71,14 +71,15 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=10_000_000)
     parser.add_argument("--keep", type=Path, help="reuse or keep the generated database at this path")
     parser.add_argument("--only", nargs="*", help="run only these detectors (default: every one)")
+    parser.add_argument("--threads", default="auto", help="storage.threads: DuckDB's worker threads (default auto)")
     args = parser.parse_args()
     at = datetime(2026, 11, 21, 0, 0)
     start = at - timedelta(hours=24)
     workdir = Path(tempfile.mkdtemp(prefix="tw-detect-bench-"))
     db = args.keep or workdir / "bench.duckdb"
     fresh = not db.exists()
-    # The service's defaults (512MB for DuckDB, 2 threads), built as `serve` and `detect` build them.
-    defaults = load_settings(None, {"db": str(db)}, environ={})
+    # The service's defaults (512MB for DuckDB), built as `serve` and `detect` build them.
+    defaults = load_settings(None, {"db": str(db), "storage": {"threads": args.threads}}, environ={})
     # Full pass: every detector over the whole day as one window (token_latency: its last window against
     # the full 24-hour baseline, which is what it always reads).
     day = {"window_seconds": 86400, "settle_seconds": 0}
@@ -88,7 +89,7 @@ def main() -> None:
         None,
         {
             "db": str(db),
-            "storage": {"detection_memory_mb": 65536},
+            "storage": {"detection_memory_mb": 65536, "threads": args.threads},
             "detectors": {k: day for k in REGISTRY if k != "token_latency"},
         },
         environ={},

@@ -295,7 +295,7 @@ def _migrate_in_a_child(settings: Settings) -> None:
     s = settings.storage
     subprocess.run(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", "storage.duckdb.migrate", str(settings.db),
-         "--memory-limit", s.memory_limit, "--threads", str(s.threads)],
+         "--memory-limit", s.memory_limit, "--threads", str(s.duckdb_threads())],
         check=False,
     )  # fmt: skip
 

@@ -53,7 +53,7 @@ def open_storage(settings: Settings, registry: CollectorRegistry | None = None) 
     return DuckDBStorage.open(
         settings.db,
         memory_limit=s.memory_limit,
-        threads=s.threads,
+        threads=s.duckdb_threads(),
         checkpoint_threshold=s.checkpoint_threshold,
         max_queued_spans=i.max_queued_spans,
         dedup_window_seconds=i.dedup_window_seconds,

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import RunningService, service_settings
 from waiting import HANG_GUARD
 
 import collector.decode
 from collector import native_walk
 from collector.decode import DEFAULT_DECODER, Decoder
-from tailwatch.settings import SettingsError, load_settings
+from tailwatch.settings import SettingsError, load_settings, usable_cores
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -40,8 +42,31 @@ def test_decoding_is_in_threads_for_the_compiled_decoder_and_in_two_processes_fo
 
 @pytest.mark.parametrize("value", ["-1", "65", "2.5", "threads", "true"])
 def test_decode_workers_other_than_a_count_or_auto_is_refused_with_what_it_takes(value: str) -> None:
-    with pytest.raises(SettingsError, match=r"'ingest\.decode_workers'.* from 0 to 64 \(0: threads\), or auto"):
+    refused = r"'ingest\.decode_workers'.* from 0 to 64 decoder processes \(0: threads\), or auto"
+    with pytest.raises(SettingsError, match=refused):
         load_settings(environ={"TAILWATCH_INGEST__DECODE_WORKERS": value})
+
+
+def test_duckdb_threads_are_one_on_two_cores_and_two_above(monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = load_settings(environ={}).storage
+    assert storage.threads == "auto"
+    for cores, threads in [(1, 1), (2, 1), (3, 2), (64, 2)]:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        assert storage.duckdb_threads() == threads
+    assert load_settings(environ={"TAILWATCH_STORAGE__THREADS": "4"}).storage.duckdb_threads() == 4
+
+
+def test_the_services_duckdb_runs_with_the_threads_the_setting_resolves_to(tmp_path: Path) -> None:
+    for threads, expected in [("auto", 1 if usable_cores() <= 2 else 2), (3, 3)]:
+        settings = service_settings(tmp_path / f"{threads}.duckdb", storage={"threads": threads})
+        with RunningService(settings) as svc:
+            assert svc.rows("SELECT current_setting('threads')") == [(expected,)]
+
+
+@pytest.mark.parametrize("value", ["0", "257", "2.5", "many"])
+def test_storage_threads_other_than_a_count_or_auto_is_refused_with_what_it_takes(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"'storage\.threads'.* from 1 to 256 DuckDB threads, or auto"):
+        load_settings(environ={"TAILWATCH_STORAGE__THREADS": value})
 
 
 def test_tailwatch_db_names_the_database_file() -> None:
