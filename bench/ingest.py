@@ -279,7 +279,9 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=1_200_000, help="spans to send (unique ids)")
     parser.add_argument("--batch", type=int, default=1000, help="spans per export request")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
-    parser.add_argument("--overload-concurrency", type=int, default=128, help="second pass, far past capacity")
+    parser.add_argument(
+        "--overload-concurrency", type=int, default=128, help="second pass, far past capacity (0: no second pass)"
+    )
     add_settings_flag(parser)
     args = parser.parse_args()
     settings = server_settings(args)
@@ -301,10 +303,10 @@ def main() -> None:
     try:
         inserts = insert_ceiling(sample, workdir, split)
         print(f"DuckDB insert-only ceiling: {inserts:,.0f} rows/s (decoded batches, a commit each)", flush=True)
-        for label, concurrency, reqs in (
-            ("sustained", args.concurrency, requests),
-            ("overload", args.overload_concurrency, requests[: n_requests // 3]),
-        ):
+        passes = [("sustained", args.concurrency, requests)]
+        if args.overload_concurrency > 0:
+            passes.append(("overload", args.overload_concurrency, requests[: n_requests // 3]))
+        for label, concurrency, reqs in passes:
             db = workdir / f"{label}.duckdb"
             proc, grpc_port, _api_port = run_server(db, workdir, settings)
             sampler = RssSampler(proc.pid)
