@@ -217,8 +217,8 @@ class StorageSettings(_Section):
     threads: int | Literal["auto"] = Field(
         "auto",
         description="DuckDB worker threads, shared by ingest, detection and queries. auto: 1 on a machine with 2 "
-        "cores or fewer, where a second one has no core of its own while spans are decoded and written (12-15% "
-        "more durable spans/s, docs/benchmarks.md), else 2.",
+        "cores or fewer, where a second one has no core of its own while spans are decoded and written (up to "
+        "15% more durable spans/s, docs/benchmarks.md), else 2.",
     )
     attributes: Literal["whole", "split"] = Field(
         "split",
