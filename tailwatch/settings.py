@@ -49,8 +49,10 @@ def _count_or_auto(value: Any, low: int, high: int, what: str) -> int | str:
     """A count within [low, high] (as a number or, from the environment, its digits) or "auto"."""
     if isinstance(value, str) and value.isdigit():
         value = int(value)
-    if value == "auto" or (type(value) is int and low <= value <= high):
-        return value  # type: ignore[no-any-return]
+    if value == "auto":
+        return "auto"
+    if type(value) is int and low <= value <= high:
+        return int(value)
     raise ValueError(f"give {what}, or auto")
 
 
@@ -196,7 +198,8 @@ class StorageSettings(_Section):
         return _count_or_auto(value, 1, MAX_DUCKDB_THREADS, f"from 1 to {MAX_DUCKDB_THREADS} DuckDB threads")
 
     def duckdb_threads(self) -> int:
-        """DuckDB's worker threads: as set, or for `auto` as many as this machine's cores leave room for."""
+        """DuckDB's worker threads: as set; for `auto`, 1 where this process may run on 2 cores or fewer (a second
+        thread would wait for a core the decoders and the writer keep busy), else 2."""
         if self.threads != "auto":
             return self.threads
         return 1 if usable_cores() <= 2 else 2
