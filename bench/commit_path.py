@@ -5,9 +5,9 @@
 The ingest benchmark's spans, decoded by the production decoder, are committed as the DuckDB writer
 commits them (each batch's identities as it is queued; then concatenate the queued batches, find the new
 rows, INSERT from Arrow, COMMIT), into a fresh migrated database per group size, timing each step
-(`--split`: of batches decoded as
-`storage.attributes: split` stores them). A second part prices the split: decoding the same requests
-whole and split (the split is done in the decoder), and inserting the two forms.
+(`--split`: of batches decoded as `storage.attributes: split` stores them). A second part prices the
+split: decoding the same requests whole and split (the split is done in the decoder), and inserting the
+two forms.
 """
 
 from __future__ import annotations

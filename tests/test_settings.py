@@ -15,7 +15,7 @@ from waiting import HANG_GUARD
 import collector.decode
 from collector import native_walk
 from collector.decode import DEFAULT_DECODER, Decoder
-from tailwatch.settings import SettingsError, load_settings, usable_cores
+from tailwatch.settings import SettingsError, load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -57,10 +57,10 @@ def test_duckdb_threads_are_one_on_two_cores_and_two_above(monkeypatch: pytest.M
 
 
 def test_the_services_duckdb_runs_with_the_threads_the_setting_resolves_to(tmp_path: Path) -> None:
-    for threads, expected in [("auto", 1 if usable_cores() <= 2 else 2), (3, 3)]:
+    for threads in ["auto", 3]:
         settings = service_settings(tmp_path / f"{threads}.duckdb", storage={"threads": threads})
         with RunningService(settings) as svc:
-            assert svc.rows("SELECT current_setting('threads')") == [(expected,)]
+            assert svc.rows("SELECT current_setting('threads')") == [(settings.storage.duckdb_threads(),)]
 
 
 @pytest.mark.parametrize("value", ["0", "257", "2.5", "many"])

@@ -42,9 +42,9 @@ _METRICS_VIEW = "_tailwatch_metric_points"
 class _Batch:
     table: pa.Table | None  # spans; None for a batch of scores (OTLP logs) or engine metric points only
     scores: pa.Table | None
-    metrics: pa.Table | None = None
+    metrics: pa.Table | None
+    identities: Identities  # of `table`'s spans: keys for the duplicate window, firsts within the batch
     future: Future[WriteResult] = field(default_factory=Future)
-    identities: Identities = field(default_factory=lambda: Identities([], []))
 
     @property
     def rows(self) -> int:
@@ -145,14 +145,14 @@ class Writer:
         self, spans: pa.Table | None, scores: pa.Table | None = None, metrics: pa.Table | None = None
     ) -> Future[WriteResult] | None:
         """Queue spans, scores and engine metric points for the next group commit; None when full or closing."""
+        table = with_moved(spans) if spans is not None else None
         item = _Batch(
-            with_moved(spans) if spans is not None else None,
+            table,
             scores if scores is not None and scores.num_rows else None,
             metrics if metrics is not None and metrics.num_rows else None,
+            # Hashed on the submitting thread (a decoder's), not the writer's: ingest waits on the writer alone.
+            identities=Identities.of(table) if table is not None else Identities([], []),
         )
-        if item.table is not None:
-            # On the submitting thread (a decoder's), not the writer's: ingest waits on the writer alone.
-            item.identities = Identities.of(item.table)
         if not self._queue.offer(item, item.rows):
             return None
         self._set_queue_gauge()
