@@ -132,24 +132,26 @@ def test_a_planted_decode_spike_fires_once_and_reaches_the_webhook_and_alertmana
     assert any(b["status"] == "resolved" for b in webhook.bodies)
 
 
-def test_the_pass_reuses_a_cacheable_baseline_and_shares_reads_within_a_pass(service: RunningService) -> None:
+def test_the_pass_reuses_a_cacheable_baseline_and_shares_reads_within_a_pass(db_path: Path) -> None:
     """A repeated baseline read is fetched once; two detectors declaring the same read in one pass share it."""
-    detection = service.service.detection
-    assert detection is not None
-    source = service.service.storage.windows
-    reads: list[str] = []
-    for method in ("request_summary", "scores"):
-        original = getattr(source, method)
+    # No scheduler: a scheduled pass landing mid-test would add reads of its own to the counts.
+    with RunningService(service_settings(db_path, scheduler=False)) as service:
+        detection = service.service.detection
+        assert detection is not None
+        source = service.service.storage.windows
+        reads: list[str] = []
+        for method in ("request_summary", "scores"):
+            original = getattr(source, method)
 
-        def counting(read: Any, *budget: Any, _method: str = method, _original: Any = original) -> Any:
-            reads.append(_method)
-            return _original(read, *budget)
+            def counting(read: Any, *budget: Any, _method: str = method, _original: Any = original) -> Any:
+                reads.append(_method)
+                return _original(read, *budget)
 
-        setattr(source, method, counting)
-    at = datetime(2026, 11, 20, 12, 0)
-    detection.run(at)
-    assert reads.count("request_summary") == 1
-    assert reads.count("scores") == 1  # cache_curve, traffic_pattern and tenant_fairness share one read
-    reads.clear()
-    detection.run(at + timedelta(minutes=5))  # same hour: the baseline is reused
-    assert reads.count("request_summary") == 0
+            setattr(source, method, counting)
+        at = datetime(2026, 11, 20, 12, 0)
+        detection.run(at)
+        assert reads.count("request_summary") == 1
+        assert reads.count("scores") == 1  # cache_curve, traffic_pattern and tenant_fairness share one read
+        reads.clear()
+        detection.run(at + timedelta(minutes=5))  # same hour: the baseline is reused
+        assert reads.count("request_summary") == 0
