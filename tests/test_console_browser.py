@@ -13,7 +13,7 @@ import os
 import shutil
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -89,13 +89,17 @@ class Console:
 
     def open(self, fragment: str, shot: str | None = None) -> Any:
         """Go to a view and wait until it is drawn; with `shot`, keep a picture of it under that name."""
-        self.page.goto(f"{self.base}/#/{fragment}")
-        page = self.rendered()
+        page = self.after(lambda: self.page.goto(f"{self.base}/#/{fragment}"))
         if shot is not None:
             self.shot(shot)
         return page
 
-    def rendered(self) -> Any:
+    def after(self, action: Callable[[], object]) -> Any:
+        """Do `action` and wait for the render it starts. The mark of the last render is cleared first: a
+        click or a hash change starts the next render only at the browser's hashchange event, after the
+        action returns, and until then the old mark would say the new view is drawn."""
+        self.page.evaluate("document.body && delete document.body.dataset.rendered")
+        action()
         self.page.wait_for_selector("body[data-rendered='1']", timeout=30_000)
         return self.page
 
@@ -249,8 +253,7 @@ def test_a_clusters_example_opens_the_request_with_its_scores_and_its_replicas_e
     page = console.open("overview")
     link = page.locator("#clusters a.trace").first
     trace_id = link.get_attribute("href").split("trace=")[1].split("&")[0]
-    link.click()
-    page = console.rendered()
+    page = console.after(link.click)
     console.shot("request")
     assert page.evaluate("document.body.dataset.view") == "request"
     body = get(svc, f"/v1/traces/{trace_id}")
@@ -273,12 +276,11 @@ def test_a_deep_link_restores_the_view_range_selection_and_refresh(console: Cons
     assert page.eval_on_selector("#refresh", "s => s.value") == "60"
     assert page.eval_on_selector("select[aria-label='Tenant']", "s => s.value") == "smallco"
     # Changing the range writes it into the URL, keeping the selection, and redraws.
-    page.select_option("#range", "1h")
-    console.rendered()
+    console.after(lambda: page.select_option("#range", "1h"))
     assert "range=1h" in page.url and "tenant=smallco" in page.url
     # Another page keeps the range and the refresh, not the tenant.
-    page.click("nav a[data-view='curves']")
-    assert console.rendered().eval_on_selector("nav a.active", "a => a.dataset.view") == "curves"
+    page = console.after(lambda: page.click("nav a[data-view='curves']"))
+    assert page.eval_on_selector("nav a.active", "a => a.dataset.view") == "curves"
     assert page.url.endswith("#/curves?range=1h&refresh=60"), page.url
 
 
@@ -313,8 +315,7 @@ def test_the_api_token_guards_the_console_and_a_deep_link_survives_signing_in(br
         c.page.click("button[type=submit]")
         c.page.wait_for_selector("#error:has-text('not this service')")
         c.page.fill("#token", TOKEN)
-        c.page.click("button[type=submit]")
-        page = c.rendered()
+        page = c.after(lambda: c.page.click("button[type=submit]"))
         assert page.evaluate("document.body.dataset.view") == "curves" and page.url.endswith("#/curves?range=1h")
         assert not page.query_selector("p.error")
         # The only console errors are the browser's notes of the two 401s: the page before signing in, and
