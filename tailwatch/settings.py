@@ -52,7 +52,7 @@ def _count_or_auto(value: Any, low: int, high: int, what: str) -> int | str:
     if value == "auto":
         return "auto"
     if type(value) is int and low <= value <= high:
-        return int(value)
+        return value
     raise ValueError(f"give {what}, or auto")
 
 
