@@ -10,6 +10,13 @@
 mod json;
 mod walk;
 
+// A walk allocates a String or Vec for every key, value and attribute list prost parses, and frees
+// them all at its end, on two decoder threads at once: glibc's malloc took a quarter of the walk's
+// time (docs/benchmarks.md, "The decoder's allocator"). Only this module's own allocations use it;
+// the Arrow buffers it hands Python are freed through their release callbacks, so into it again.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use arrow_array::{Array, RecordBatch, StructArray};
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;

@@ -4,7 +4,9 @@
 //! It mirrors `collector/span_walk.py` (the reference): the same checks in the same order with the
 //! same explanations, the same JSON, the same gathered columns.
 
-use std::collections::{HashMap, HashSet};
+// Both hash sets hold keys of our own choosing and are only looked up with what a request sends, so
+// a hostile key can lengthen no chain: the faster, unseeded hash is safe here (not in json.rs).
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
 use arrow_array::builder::{
