@@ -15,8 +15,6 @@ import orjson
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.anyvalue import attributes_dict
@@ -124,13 +122,14 @@ def _walk(
     for resource_index, (rs, official_rs) in enumerate(
         zip(request.resource_spans, official.resource_spans, strict=True)
     ):
-        resource = attributes_dict(Resource.FromString(rs.resource).attributes)
+        # From the official messages: a resource or scope sent twice is merged, protobuf's rule and prost's.
+        resource = attributes_dict(official_rs.resource.attributes)
         resource_json = dumps(resource).decode()
         service = resource.get("service.name")
         service = service if isinstance(service, str) else None
         resource_attrs.append(resource)
         for ss, official_ss in zip(rs.scope_spans, official_rs.scope_spans, strict=True):
-            scope = InstrumentationScope.FromString(ss.scope).name or None
+            scope = official_ss.scope.name or None
             for s, official_span in zip(ss.spans, official_ss.spans, strict=True):
                 if not _accepted(s, rejections):
                     continue

@@ -67,19 +67,9 @@ def _build() -> type[Message]:
         ],
         nested=(entry,),
     )
-    _message(
-        file,
-        "ScopeSpans",
-        [("scope", 1, _F.TYPE_BYTES, _OPT, None), ("spans", 2, _F.TYPE_MESSAGE, _REP, ".tailwatch.wire.Span")],
-    )
-    _message(
-        file,
-        "ResourceSpans",
-        [
-            ("resource", 1, _F.TYPE_BYTES, _OPT, None),
-            ("scope_spans", 2, _F.TYPE_MESSAGE, _REP, ".tailwatch.wire.ScopeSpans"),
-        ],
-    )
+    # The resource and the scope are read from the official messages, which merge a copy sent twice.
+    _message(file, "ScopeSpans", [("spans", 2, _F.TYPE_MESSAGE, _REP, ".tailwatch.wire.Span")])
+    _message(file, "ResourceSpans", [("scope_spans", 2, _F.TYPE_MESSAGE, _REP, ".tailwatch.wire.ScopeSpans")])
     _message(file, "TraceRequest", [("resource_spans", 1, _F.TYPE_MESSAGE, _REP, ".tailwatch.wire.ResourceSpans")])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)

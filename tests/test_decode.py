@@ -9,9 +9,10 @@ import math
 import pytest
 from builders import T0, kvs, request, span
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
 
 from collector.decode import Decoded, Encoding, decode_logs, decode_traces
 from collector.errors import MalformedPayload
@@ -282,6 +283,33 @@ def test_an_attribute_carrying_a_field_newer_than_its_key_and_value_is_kept() ->
     assert spans is not None
     assert json.loads(spans["attributes"][0].as_py()) == {"gen_ai.usage.input_tokens": 7}
     assert spans["input_tokens"].to_pylist() == [7]
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited field, written by hand so that a message field can be sent twice."""
+    length, n = bytearray(), len(payload)
+    while n >= 0x80:
+        length.append(n & 0x7F | 0x80)
+        n >>= 7
+    length.append(n)
+    return bytes([number << 3 | 2, *length]) + payload
+
+
+def test_a_resource_or_scope_sent_twice_is_merged_as_protobuf_merges_it() -> None:
+    # Protobuf's rule for a message field met twice: the copies merge (a later copy's unset name
+    # leaves the first one's, lists join). The reference walk once took the last copy whole.
+    scope_spans = ScopeSpans(scope=InstrumentationScope(name="vllm.tracing.otel"), spans=[span()])
+    later_scope = ScopeSpans(scope=InstrumentationScope(version="0.11"))
+    resource_spans = (
+        _field(1, Resource(attributes=kvs({"service.name": "vllm-llama8b"})).SerializeToString())
+        + _field(1, Resource(attributes=kvs({"tenant.id": "acme"})).SerializeToString())
+        + _field(2, scope_spans.SerializeToString() + later_scope.SerializeToString())
+    )
+    spans = decode(_field(1, resource_spans)).spans
+    assert spans is not None
+    assert spans["scope_name"].to_pylist() == ["vllm.tracing.otel"]
+    assert spans["service_name"].to_pylist() == ["vllm-llama8b"]
+    assert json.loads(spans["resource"][0].as_py()) == {"service.name": "vllm-llama8b", "tenant.id": "acme"}
 
 
 def test_a_token_count_beyond_exact_floats_is_stored_and_its_ratios_computed() -> None:
