@@ -4,8 +4,9 @@
 //! It mirrors `collector/span_walk.py` (the reference): the same checks in the same order with the
 //! same explanations, the same JSON, the same gathered columns.
 
-// Both hash sets hold keys of our own choosing and are only looked up with what a request sends, so
-// a hostile key can lengthen no chain: the faster, unseeded hash is safe here (not in json.rs).
+// The gatherer's index and the left-out set hold keys of our own choosing and are only looked up with
+// what a request sends, so a hostile key can lengthen no chain: the faster, unseeded hash is safe here
+// (not in json.rs, whose map holds a request's own keys).
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
