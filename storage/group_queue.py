@@ -24,6 +24,10 @@ class GroupQueue(Generic[T]):
         self._closing = False
 
     @property
+    def max_rows(self) -> int:
+        return self._max_rows
+
+    @property
     def rows(self) -> int:
         """Rows queued or being committed."""
         return self._rows
@@ -46,11 +50,13 @@ class GroupQueue(Generic[T]):
             self._items.append(item)
             self._cv.notify()
 
-    def take(self) -> list[T] | None:
-        """Everything queued, waiting for something; None once closed and drained."""
+    def take(self, timeout: float | None = None) -> list[T] | None:
+        """Everything queued, waiting for something (at most `timeout` seconds: then []); None once closed and
+        drained."""
         with self._cv:
             while not self._items and not self._closing:
-                self._cv.wait()
+                if not self._cv.wait(timeout):
+                    return []
             if not self._items:
                 return None
             items, self._items = self._items, []

@@ -62,6 +62,8 @@ def open_storage(settings: Settings, registry: CollectorRegistry | None = None) 
         sql_max_rows=settings.sql.max_rows,
         registry=registry,
         reserve_bytes=s.reserve_mb * 2**20,
+        spool=Path(f"{settings.db}.spool") if i.spool else None,
+        spool_backlog=i.spool_backlog_spans,
     )
 
 

@@ -87,7 +87,7 @@ class IngestSettings(_Section):
         description="Request bytes admitted but not yet stored; past it requests get 503 / UNAVAILABLE.",
     )
     max_queued_spans: int = Field(
-        100_000,
+        50_000,
         ge=1,
         description="Decoded spans waiting for the writer; past it requests get 503 / UNAVAILABLE.",
     )
@@ -122,6 +122,17 @@ class IngestSettings(_Section):
         1_000_000,
         ge=0,
         description="Cap on remembered span identities (about 110 bytes each); shortens the window when hit.",
+    )
+    spool: bool = Field(
+        True,
+        description="DuckDB: while the writer is behind, acknowledge a trace request once it is synced to the "
+        "ingest spool (<db>.spool/) instead of once committed; it is committed moments later in a larger group, "
+        "and a restart replays it. false: every acknowledgement waits for its commit.",
+    )
+    spool_backlog_spans: int = Field(
+        1000,
+        ge=0,
+        description="Spans already waiting for the writer from which a trace request is spooled (ingest.spool).",
     )
 
     @field_validator("decode_workers", mode="before")

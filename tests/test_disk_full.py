@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -18,7 +17,7 @@ import duckdb
 import pytest
 from builders import request, span
 from conftest import RunningService, service_settings
-from receivers import require_or_skip
+from small_disks import resize, tmpfs
 from waiting import HANG_GUARD
 
 from storage.duckdb.space import DiskSpace
@@ -29,17 +28,8 @@ BATCH = 500
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, check=False
-    )
-    if done.returncode != 0:
-        require_or_skip(f"cannot mount a tmpfs (needs root): {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "small", "24m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def post(svc: RunningService, body: bytes) -> tuple[int, str | None]:
@@ -90,7 +80,7 @@ def test_a_full_disk_refuses_as_retryable_loses_nothing_tells_once_and_recovers(
         assert svc.rows("SELECT count(*) FROM spans") == [(acked,)]  # every acknowledged span, nothing more
 
         # Space returns (the filesystem grows): ready again before anything is sent, then spans are stored.
-        subprocess.run(["mount", "-o", "remount,size=96m", str(small_disk)], check=True)
+        resize(small_disk, "96m")
         assert ready(svc) == 200
         assert svc.metric("tailwatch_storage_full") == 0
         assert post(svc, batch(i)) == (200, None)

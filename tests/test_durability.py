@@ -80,15 +80,32 @@ def test_a_retry_after_restart_is_still_recognised(db_path: Path) -> None:
     con.close()
 
 
-def test_kill_9_while_sending_loses_no_acknowledged_span_and_retries_do_not_duplicate(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "spool",
+    [
+        pytest.param({"TAILWATCH_INGEST__SPOOL": "false"}, id="acknowledged-at-commit"),
+        # Every request spooled: those acknowledged before their commit are replayed at the restart.
+        pytest.param({"TAILWATCH_INGEST__SPOOL_BACKLOG_SPANS": "0"}, id="acknowledged-from-the-spool"),
+    ],
+)
+def test_kill_9_while_sending_loses_no_acknowledged_span_and_retries_do_not_duplicate(
+    tmp_path: Path, spool: dict[str, str]
+) -> None:
     db = tmp_path / "crash.duckdb"
     batches = make_requests(400, 200)
-    with ServerProcess(db, tmp_path / "serve.log", TAILWATCH_INGEST__DECODE_WORKERS="1") as server:
+    with ServerProcess(db, tmp_path / "serve.log", TAILWATCH_INGEST__DECODE_WORKERS="1", **spool) as server:
         server.start()
         acked_before_crash = send_and_kill_mid_stream(server, batches)
     assert 60 <= len(acked_before_crash) < len(batches)
 
-    # Every acknowledged span is on disk after the crash.
+    if spool.get("TAILWATCH_INGEST__SPOOL") == "false":  # every acknowledged span is in the database itself
+        stored = stored_span_ids(db)
+        for i in acked_before_crash:
+            assert batches[i][0] <= set(stored)
+    # Every acknowledged span is stored once the service is back (replayed from the spool), before any retry.
+    with ServerProcess(db, tmp_path / "serve.log", **spool) as replaying:
+        replaying.start()
+        assert replaying.terminate() == 0
     stored = stored_span_ids(db)
     for i in acked_before_crash:
         assert batches[i][0] <= set(stored)

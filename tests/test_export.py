@@ -104,8 +104,11 @@ def simulated_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def copy_of(db: Path, directory: Path) -> Path:
     """A private copy of a module's database, for a test that starts a service on it."""
     directory.mkdir(parents=True, exist_ok=True)
-    for path in db.parent.glob(db.name + "*"):  # the file and, if present, its WAL
-        shutil.copyfile(path, directory / path.name)
+    for path in db.parent.glob(db.name + "*"):  # the file and, if present, its WAL and its ingest spool
+        if path.is_dir():
+            shutil.copytree(path, directory / path.name)
+        else:
+            shutil.copyfile(path, directory / path.name)
     return directory / db.name
 
 

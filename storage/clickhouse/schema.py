@@ -74,7 +74,8 @@ LAYOUTS: dict[str, Layout] = {
     "detector_runs": Layout("(detector, evaluated_at)", partition_by="toYYYYMM(evaluated_at)"),
     "scrape_targets": Layout("(url)", replacing=True),
 }
-NOT_IN_CLICKHOUSE = frozenset({"alembic_version"})
+# DuckDB's own bookkeeping: the schema's revision, and how far its writer's ingest spool is committed.
+NOT_IN_CLICKHOUSE = frozenset({"alembic_version", "ingest_spool"})
 # DuckDB stores `duration_ms` NULL where its view reads it from the times; ClickHouse stores every value.
 _REQUIRED_SPAN_COLUMNS = frozenset(c.name for c in SPAN_COLUMNS if c.required)
 

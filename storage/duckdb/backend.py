@@ -96,6 +96,8 @@ class DuckDBStorage:
         sql_max_rows: int = 10_000,
         registry: CollectorRegistry | None = None,
         reserve_bytes: int = 0,
+        spool: Path | None = None,
+        spool_backlog: int = 1000,
     ) -> DuckDBStorage:
         """Open (creating if needed) the file, migrate it to the newest schema, start the writer."""
         con = open_database(path, memory_limit=memory_limit, threads=threads, checkpoint_threshold=checkpoint_threshold)
@@ -112,6 +114,8 @@ class DuckDBStorage:
                 dedup_max_spans=dedup_max_spans,
                 metrics=WriterMetrics(registry) if registry is not None else None,
                 reserve_bytes=reserve_bytes,
+                spool=spool,
+                spool_backlog=spool_backlog,
             )
             writer.start()
         except BaseException:

@@ -4,6 +4,12 @@ Receivers hand decoded batches to `try_submit`; the writer drains everything que
 transaction, commits, and only then resolves each request's future, so a success response always
 means the spans are durable (group commit). The queue is bounded in rows: when it is full the
 receiver answers 'retry later' instead of growing memory.
+
+While the writer is behind (`spool_backlog` spans already queued), a trace request's batch is also
+appended to the ingest spool (storage/spool.py) and acknowledged once that is synced, without waiting for
+the commits ahead of it: the writer then commits larger groups, which cost far less a span. Such a batch
+is never dropped: if its commit fails it is retried, and if the process dies first it is replayed from the
+spool at the next start (`ingest_spool.committed_through`, updated in each commit, says how far).
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,12 +37,14 @@ from storage.duckdb.space import DiskSpace
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
 from storage.group_queue import GroupQueue
 from storage.ports import WriteResult
+from storage.spool import Spool, read_spool, spool_end
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _BATCH_VIEW = "_tailwatch_batch"
 _SCORES_VIEW = "_tailwatch_scores"
 _METRICS_VIEW = "_tailwatch_metric_points"
+_RETRY_SECONDS = 1.0  # how soon a failed commit of acknowledged batches is tried again
 
 
 @dataclass
@@ -45,6 +54,8 @@ class _Batch:
     metrics: pa.Table | None
     identities: Identities  # of `table`'s spans: keys for the duplicate window, firsts within the batch
     future: Future[WriteResult] = field(default_factory=Future)
+    spooled_to: int = 0  # the spool offset its record ends at; 0 when it is not in the spool
+    acknowledged: bool = False  # from the spool, before its commit: it must be committed whatever happens
 
     @property
     def rows(self) -> int:
@@ -99,6 +110,16 @@ class WriterMetrics:
             "How far back retried spans are currently recognised as duplicates.",
             registry=registry,
         )
+        self.spool_acknowledged = Counter(
+            "tailwatch_spool_acknowledged_spans",
+            "Spans acknowledged once synced to the ingest spool, before their commit (the writer was behind).",
+            registry=registry,
+        )
+        self.spool_failures = Counter(
+            "tailwatch_spool_write_failures",
+            "Spool writes that failed; their requests were acknowledged at their commit instead.",
+            registry=registry,
+        )
 
 
 class Writer:
@@ -114,12 +135,23 @@ class Writer:
         metrics: WriterMetrics | None = None,
         clock: Callable[[], float] = time.time,
         reserve_bytes: int = 0,
+        spool: Path | None = None,
+        spool_backlog: int = 1000,
     ) -> None:
+        """`spool`: the ingest spool's directory (None: every acknowledgement waits for its commit);
+        `spool_backlog`: spans queued ahead of a trace batch past which it is spooled and acknowledged early."""
         self._con = con
         self._metrics = metrics
         self._clock = clock
         self._recent = RecentSpans(dedup_window_seconds, dedup_max_spans)
         self._queue: GroupQueue[_Batch | _Job[Any]] = GroupQueue(max_queued_spans)
+        self._spool_dir = spool
+        self._spool: Spool | None = None
+        self._spool_backlog = spool_backlog
+        self._submit_lock = threading.Lock()  # a spooled batch is queued and appended as one step: same order
+        self._ack_lock = threading.Lock()  # the spool's thread and the writer's both settle futures
+        self._awaiting_spool: deque[_Batch] = deque()  # spooled, not yet synced, in spool order
+        self._retry: list[_Batch] = []  # acknowledged from the spool, their commit failed: in the next group
         self.invalidated: duckdb.FatalException | None = None  # set once a fatal error invalidated the database
         self._thread = threading.Thread(target=self._run, name="tailwatch-writer", daemon=True)
         [(path,)] = con.execute(
@@ -139,7 +171,26 @@ class Writer:
         for since, keys in _recent_commits(self._con, self._recent.window_seconds, self._recent.max_spans):
             self._recent.add(keys, now, since)
         self.disk.keep_reserve()
+        if self._spool_dir is not None:
+            self._replay_spool(self._spool_dir)
+            self._spool = Spool(
+                self._spool_dir,
+                max(spool_end(self._spool_dir), _committed_through(self._con)),
+                durable=self._spool_synced,
+                failed=self._spool_failed,
+            )
         self._thread.start()
+
+    def _replay_spool(self, directory: Path) -> None:
+        """Commit what the spool holds past its committed point: batches acknowledged before a crash."""
+        replayed = 0
+        for group in _groups(read_spool(directory, _committed_through(self._con)), self._queue.max_rows):
+            self._commit(group)
+            if self._retry:  # the database refuses them: start no further, and keep the spool
+                raise RuntimeError(f"replaying the ingest spool in {directory} failed; see the error above")
+            replayed += sum(i.rows for i in group)
+        if replayed:
+            log.warning("replayed %d spans acknowledged before the last stop from the ingest spool", replayed)
 
     def try_submit(
         self, spans: pa.Table | None, scores: pa.Table | None = None, metrics: pa.Table | None = None
@@ -153,8 +204,24 @@ class Writer:
             # Hashed on the submitting thread (a decoder's), not the writer's: ingest waits on the writer alone.
             identities=Identities.of(table) if table is not None else Identities([], []),
         )
-        if not self._queue.offer(item, item.rows):
-            return None
+        spool = self._spool
+        # A record holds spans alone, so only a trace batch is spooled; below the backlog its commit comes soon.
+        if (
+            spool is None
+            or table is None
+            or item.scores is not None
+            or item.metrics is not None
+            or self._queue.rows < self._spool_backlog
+        ):
+            if not self._queue.offer(item, item.rows):
+                return None
+        else:
+            record = to_record(table)  # on the submitting thread: the writer's time is the scarce one
+            with self._submit_lock:
+                if not self._queue.offer(item, item.rows):
+                    return None
+                item.spooled_to = spool.append(record)
+                self._awaiting_spool.append(item)
         self._set_queue_gauge()
         return item.future
 
@@ -173,20 +240,29 @@ class Writer:
         self._queue.close()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._spool is not None and not self._thread.is_alive():
+            self._spool.close()
+            self._spool = None
 
     def _run(self) -> None:
         name_this_thread()
-        while (items := self._queue.take()) is not None:
-            spans = [i for i in items if isinstance(i, _Batch)]
+        # With acknowledged batches to retry, wake without new work too.
+        while (items := self._queue.take(_RETRY_SECONDS if self._retry else None)) is not None:
+            spans = [*self._retry, *(i for i in items if isinstance(i, _Batch))]
+            self._retry = []
             if spans:
-                self._commit(spans)
+                self._queue.release(self._commit(spans))
+                self._set_queue_gauge()
             for job in items:
                 if isinstance(job, _Job):
                     self._run_job(job)
 
-    def _commit(self, items: list[_Batch]) -> None:
+    def _commit(self, items: list[_Batch]) -> int:
+        """Commit `items` in one transaction and settle their futures; returns the rows done with (the queue's
+        bound stops covering them), which excludes acknowledged batches kept to retry."""
         started = time.perf_counter()
         rows = sum(i.rows for i in items)
+        spooled_to = max(i.spooled_to for i in items)
         span_tables = [i.table for i in items if i.table is not None]
         score_tables = [i.scores for i in items if i.scores is not None]
         now = self._clock()
@@ -200,14 +276,19 @@ class Writer:
             scores = pa.concat_tables(score_tables) if score_tables else None
             metric_tables = [i.metrics for i in items if i.metrics is not None]
             points = pa.concat_tables(metric_tables) if metric_tables else None
-            stored_scores = self._insert(batch, scores, points, now)
+            stored_scores = self._insert(batch, scores, points, now, spooled_to)
         except Exception as exc:  # the batch is retried by the clients; the writer must keep running
             if not self.disk.failed(exc) and not self._invalidated_by(exc):
                 log.exception("group commit of %d spans failed; rolled back", rows)
             if self._metrics:
                 self._metrics.commit_failures.inc()
-            for item in items:
-                item.future.set_exception(exc)
+            with self._ack_lock:
+                for item in items:
+                    if item.acknowledged:
+                        self._retry.append(item)
+                    else:
+                        item.future.set_exception(exc)
+            return rows - sum(i.rows for i in self._retry)  # those still held: the queue's bound covers them
         else:
             self._recent.add([k for k, kept in zip(keys, keep, strict=True) if kept], now)
             self.disk.committed()
@@ -222,14 +303,16 @@ class Writer:
                 self._metrics.last_commit.set_to_current_time()
                 self._metrics.dedup_seconds.set(self._recent.covered_seconds(now))
             offset = 0
-            for item in items:
-                n = item.table.num_rows if item.table is not None else 0
-                inserted = sum(keep[offset : offset + n])
-                offset += n
-                item.future.set_result(WriteResult(inserted=inserted, duplicates=n - inserted))
-        finally:
-            self._queue.release(rows)
-            self._set_queue_gauge()
+            with self._ack_lock:
+                for item in items:
+                    n = item.table.num_rows if item.table is not None else 0
+                    inserted = sum(keep[offset : offset + n])
+                    offset += n
+                    if not item.future.done():  # unless acknowledged from the spool already
+                        item.future.set_result(WriteResult(inserted=inserted, duplicates=n - inserted))
+            if self._spool is not None and spooled_to:
+                self._spool.trim(spooled_to)
+            return rows
 
     def _new_rows(self, table: pa.Table, identities: list[Identities]) -> tuple[list[bool], list[int]]:
         """Which rows to insert: first in the group and not committed before. Returns (keep, keys)."""
@@ -242,8 +325,11 @@ class Writer:
                 keep[i] = False
         return keep, keys
 
-    def _insert(self, spans: pa.Table | None, scores: pa.Table | None, points: pa.Table | None, now: float) -> int:
-        """Insert spans, scores and metric points in one transaction; returns how many scores were new."""
+    def _insert(
+        self, spans: pa.Table | None, scores: pa.Table | None, points: pa.Table | None, now: float, spooled_to: int
+    ) -> int:
+        """Insert spans, scores and metric points in one transaction, and say how far the spool is committed;
+        returns how many scores were new."""
         con = self._con
         ingested_at = _timestamp(now)
         stored_scores = 0
@@ -257,6 +343,8 @@ class Writer:
                 stored_scores = _insert_scores(con, scores, ingested_at)
             if points is not None:
                 _insert_as(con, "engine_metrics", _METRICS_VIEW, points, ingested_at)
+            if spooled_to:
+                con.execute("UPDATE ingest_spool SET committed_through = ?", [spooled_to])
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)
@@ -298,6 +386,30 @@ class Writer:
             )
         return True
 
+    def _spool_synced(self, through: int) -> None:
+        """On the spool's thread: acknowledge the batches synced up to `through` that are not committed yet."""
+        acknowledged = 0
+        with self._ack_lock:
+            while self._awaiting_spool and self._awaiting_spool[0].spooled_to <= through:
+                item = self._awaiting_spool.popleft()
+                if not item.future.done():  # committed already, or its commit failed and the client retries
+                    item.acknowledged = True
+                    n = item.table.num_rows if item.table is not None else 0
+                    acknowledged += n
+                    item.future.set_result(WriteResult(inserted=n, duplicates=0))
+        if self._metrics and acknowledged:
+            self._metrics.spool_acknowledged.inc(acknowledged)
+
+    def _spool_failed(self, through: int, exc: OSError) -> None:
+        """On the spool's thread: the batches up to `through` are not on disk, so they wait for their commit."""
+        with self._ack_lock:
+            while self._awaiting_spool and self._awaiting_spool[0].spooled_to <= through:
+                item = self._awaiting_spool.popleft()
+                item.spooled_to = 0
+        if self._metrics:
+            self._metrics.spool_failures.inc()
+        log.warning("writing the ingest spool failed; its requests are acknowledged at their commit: %s", exc)
+
     def _set_queue_gauge(self) -> None:
         if self._metrics:
             self._metrics.queued_rows.set(self._queue.rows)
@@ -335,6 +447,39 @@ def _insert_scores(con: duckdb.DuckDBPyConnection, scores: pa.Table, ingested_at
         [ingested_at],
     ).fetchall()
     return len(inserted)
+
+
+def to_record(spans: pa.Table) -> bytes:
+    """A batch as a spool record: an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, spans.schema) as stream:
+        stream.write_table(spans)
+    record: bytes = sink.getvalue().to_pybytes()
+    return record
+
+
+def from_record(record: bytes) -> pa.Table:
+    return pa.ipc.open_stream(record).read_all()
+
+
+def _groups(records: Iterator[tuple[int, bytes]], max_rows: int) -> Iterator[list[_Batch]]:
+    """Spool records as batches to commit, in groups of at most `max_rows` spans (one when larger)."""
+    group: list[_Batch] = []
+    rows = 0
+    for end, record in records:
+        table = from_record(record)
+        if group and rows + table.num_rows > max_rows:
+            yield group
+            group, rows = [], 0
+        group.append(_Batch(table, None, None, Identities.of(table), spooled_to=end, acknowledged=True))
+        rows += table.num_rows
+    if group:
+        yield group
+
+
+def _committed_through(con: duckdb.DuckDBPyConnection) -> int:
+    [(through,)] = con.execute("SELECT committed_through FROM ingest_spool").fetchall()
+    return int(through)
 
 
 def _timestamp(epoch_seconds: float) -> datetime:

@@ -1,0 +1,249 @@
+"""The ingest spool: records read back as written, torn tails skipped, committed segments removed; and the
+writer acknowledging from it while behind, retrying what it acknowledged, and replaying it after a crash."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from builders import request, span
+from small_disks import resize, tmpfs
+from waiting import HANG_GUARD, wait_until
+
+from collector.decode import Encoding, decode_traces
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
+from storage.duckdb.stored_attributes import with_moved
+from storage.duckdb.writer import Writer, to_record
+from storage.spool import Spool, read_spool, spool_end
+
+
+class Synced:
+    """What a spool reported: how far it synced, and failures."""
+
+    def __init__(self) -> None:
+        self.through = 0
+        self.failures: list[tuple[int, OSError]] = []
+        self.cv = threading.Condition()
+
+    def durable(self, through: int) -> None:
+        with self.cv:
+            self.through = through
+            self.cv.notify_all()
+
+    def failed(self, through: int, exc: OSError) -> None:
+        with self.cv:
+            self.failures.append((through, exc))
+            self.cv.notify_all()
+
+    def wait_for(self, offset: int) -> None:
+        with self.cv:
+            assert self.cv.wait_for(lambda: self.through >= offset, HANG_GUARD), f"spool never synced {offset}"
+
+
+def open_spool(directory: Path, start: int = 0, segment_bytes: int = 2**20) -> tuple[Spool, Synced]:
+    synced = Synced()
+    return Spool(directory, start, durable=synced.durable, failed=synced.failed, segment_bytes=segment_bytes), synced
+
+
+def test_records_read_back_in_order_and_only_past_the_committed_offset(tmp_path: Path) -> None:
+    spool, synced = open_spool(tmp_path)
+    ends = [spool.append(bytes([i]) * (10 + i)) for i in range(5)]
+    synced.wait_for(ends[-1])
+    spool.close()
+    assert ends == sorted(ends) and ends[0] == 8 + 10
+    assert list(read_spool(tmp_path, 0)) == [(end, bytes([i]) * (10 + i)) for i, end in enumerate(ends)]
+    assert [end for end, _ in read_spool(tmp_path, ends[2])] == ends[3:]
+    assert spool_end(tmp_path) == ends[-1]
+
+
+def test_a_torn_last_record_is_skipped_and_a_new_spool_starts_past_the_intact_ones(tmp_path: Path) -> None:
+    spool, synced = open_spool(tmp_path)
+    ends = [spool.append(b"x" * 100) for _ in range(3)]
+    synced.wait_for(ends[-1])
+    spool.close()
+    [segment] = tmp_path.glob("*.spool")
+    segment.write_bytes(segment.read_bytes()[:-30])  # a crash mid-write
+    assert [end for end, _ in read_spool(tmp_path, 0)] == ends[:2]
+    assert spool_end(tmp_path) == ends[1]
+
+    corrupt = bytearray(segment.read_bytes())
+    corrupt[ends[0] + 10] ^= 0xFF  # the second record's payload
+    segment.write_bytes(bytes(corrupt))
+    assert [end for end, _ in read_spool(tmp_path, 0)] == ends[:1]
+
+
+def test_a_new_spool_continues_the_offsets_and_removes_the_old_segments(tmp_path: Path) -> None:
+    spool, synced = open_spool(tmp_path)
+    end = spool.append(b"a" * 50)
+    synced.wait_for(end)
+    spool.close()
+    spool, synced = open_spool(tmp_path, start=spool_end(tmp_path))
+    assert list(tmp_path.glob("*.spool")) == []
+    later = spool.append(b"b" * 50)
+    synced.wait_for(later)
+    spool.close()
+    assert later == end + 58
+    assert list(read_spool(tmp_path, 0)) == [(later, b"b" * 50)]
+
+
+def test_trim_removes_the_segments_whose_every_record_is_committed_and_no_other(tmp_path: Path) -> None:
+    spool, synced = open_spool(tmp_path, segment_bytes=1000)
+    ends = []
+    for _ in range(6):  # one record a write, each write past the segment size: a segment each
+        ends.append(spool.append(b"r" * 992))
+        synced.wait_for(ends[-1])
+    assert len(list(tmp_path.glob("*.spool"))) == 6
+    spool.trim(ends[2] - 1)  # the third record is not wholly committed
+    assert [e for e, _ in read_spool(tmp_path, 0)] == ends[2:]
+    spool.trim(ends[2])
+    assert [e for e, _ in read_spool(tmp_path, 0)] == ends[3:]
+    spool.trim(ends[-1])  # the segment being written stays
+    assert [e for e, _ in read_spool(tmp_path, 0)] == ends[5:]
+    spool.close()
+
+
+def test_a_failed_write_is_reported_and_later_records_go_to_a_new_segment(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "small", "64k") as disk:
+        spool, synced = open_spool(disk)
+        first = spool.append(b"a" * 1000)
+        synced.wait_for(first)
+        too_big = spool.append(b"b" * 256 * 1024)  # the disk fills partway through it
+        with synced.cv:
+            assert synced.cv.wait_for(lambda: synced.failures, HANG_GUARD)
+        [(through, exc)] = synced.failures
+        assert through == too_big and isinstance(exc, OSError)
+        resize(disk, "1m")  # space returns
+        after = spool.append(b"c" * 100)
+        synced.wait_for(after)
+        spool.close()
+        assert [(e, p[:1]) for e, p in read_spool(disk, 0)] == [(first, b"a"), (after, b"c")]
+
+
+# --- the writer acknowledging from the spool ---------------------------------------------------------
+
+
+def batch(n: int) -> pa.Table:
+    return decode_traces(request([span() for _ in range(n)]).SerializeToString(), Encoding.PROTOBUF).spans
+
+
+def stored(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.cursor().execute("SELECT span_id FROM spans").fetchall()]
+
+
+def committed_through(con: duckdb.DuckDBPyConnection) -> int:
+    return int(con.cursor().execute("SELECT committed_through FROM ingest_spool").fetchall()[0][0])
+
+
+@pytest.fixture
+def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = open_database(tmp_path / "spool.duckdb")
+    migrate.upgrade(con)
+    yield con
+    con.close()
+
+
+def spooling_writer(con: duckdb.DuckDBPyConnection, directory: Path) -> Writer:
+    writer = Writer(
+        con,
+        max_queued_spans=10_000,
+        dedup_window_seconds=300,
+        dedup_max_spans=100_000,
+        spool=directory,
+        spool_backlog=1,
+    )
+    writer.start()
+    return writer
+
+
+def block(writer: Writer, sql: str | None = None) -> tuple[threading.Event, Future[None]]:
+    """Keep the writer busy until the event is set: a job holding its thread (having run `sql`), started."""
+    started, go = threading.Event(), threading.Event()
+
+    def hold(c: duckdb.DuckDBPyConnection) -> None:
+        if sql:
+            c.execute(sql)
+        started.set()
+        assert go.wait(HANG_GUARD)
+
+    held = writer.submit(hold)
+    assert started.wait(HANG_GUARD)
+    return go, held
+
+
+def test_behind_the_writer_a_trace_batch_is_acknowledged_from_the_spool_then_committed(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    writer = spooling_writer(con, tmp_path / "spool")
+    try:
+        ahead = writer.try_submit(batch(3))  # nothing queued ahead: waits for its commit
+        assert ahead is not None
+        ahead.result(HANG_GUARD)
+        go, held = block(writer)
+        first = writer.try_submit(batch(4))  # one span ahead of the next: that one is spooled
+        behind = writer.try_submit(batch(5))
+        assert first is not None and behind is not None
+        assert behind.result(HANG_GUARD).inserted == 5  # acknowledged while the writer is still held
+        assert not first.done() and len(stored(con)) == 3
+        go.set()
+        held.result(HANG_GUARD)
+        first.result(HANG_GUARD)
+        wait_until(lambda: len(stored(con)) == 12, "the spooled batch to be committed")
+        assert committed_through(con) == spool_end(tmp_path / "spool") > 0
+    finally:
+        writer.close(HANG_GUARD)
+
+
+def test_spooled_batches_a_crash_left_uncommitted_are_replayed_at_start_and_stored_once(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    directory = tmp_path / "spool"
+    committed, lost = batch(4), batch(6)
+    # What a crash leaves: two records synced, the first committed with its offset, the second not.
+    spool, synced = open_spool(directory)
+    first = spool.append(to_record(with_moved(committed)))
+    second = spool.append(to_record(with_moved(lost)))
+    synced.wait_for(second)
+    spool.close()
+    plain = Writer(con, max_queued_spans=10_000, dedup_window_seconds=300, dedup_max_spans=100_000)
+    plain.start()
+    done = plain.try_submit(committed)
+    assert done is not None
+    done.result(HANG_GUARD)
+    plain.close(HANG_GUARD)
+    con.execute("UPDATE ingest_spool SET committed_through = ?", [first])
+
+    writer = spooling_writer(con, directory)
+    writer.close(HANG_GUARD)
+    ids = stored(con)
+    assert sorted(ids) == sorted(committed.column("span_id").to_pylist() + lost.column("span_id").to_pylist())
+    assert committed_through(con) == second
+    assert list(read_spool(directory, 0)) == []  # replayed: the new spool starts past it
+
+
+def test_an_acknowledged_batch_whose_commit_fails_is_committed_by_a_later_attempt(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    writer = spooling_writer(con, tmp_path / "spool")
+    try:
+        # Every commit fails until the table is back.
+        go, held = block(writer, "ALTER TABLE span_rows RENAME TO span_rows_away")
+        waiting = writer.try_submit(batch(2))  # waits for its commit: failed with it
+        spooled = writer.try_submit(batch(3))  # acknowledged from the spool: retried
+        assert waiting is not None and spooled is not None
+        spooled.result(HANG_GUARD)
+        go.set()
+        held.result(HANG_GUARD)
+        with pytest.raises(duckdb.Error):
+            waiting.result(HANG_GUARD)
+        back = writer.submit(lambda c: c.execute("ALTER TABLE span_rows_away RENAME TO span_rows"))
+        back.result(HANG_GUARD)
+        wait_until(lambda: len(stored(con)) == 3, "the acknowledged batch to be committed")
+        assert writer.queued_spans == 0
+    finally:
+        writer.close(HANG_GUARD)
