@@ -59,17 +59,6 @@ def read_spool(directory: Path, after: int) -> Iterator[tuple[int, bytes]]:
             at = end
 
 
-def spool_end(directory: Path) -> int:
-    """The offset just past the last intact record (0 for an empty spool): where a new spool starts."""
-    segments = _segments(directory)
-    if not segments:
-        return 0
-    last = 0
-    for end, _ in read_spool(directory, segments[-1][0]):
-        last = end
-    return max(last, segments[-1][0])
-
-
 class Spool:
     """Appends records from any thread; one thread of its own writes and syncs them, then calls `durable`
     with the offset everything up to is on disk (or `failed` with the offset up to which records were lost to
@@ -152,8 +141,7 @@ class Spool:
 
     def _write(self, records: list[bytes]) -> None:
         if self._file is not None and self._file_bytes >= self._segment_bytes:
-            os.fdatasync(self._file)  # synced already; kept for the segment's metadata before it is closed
-            os.close(self._file)
+            os.close(self._file)  # its last write was synced
             with self._segments_lock:
                 self._closed_segments.append((self._written, self._path(self._file_start)))
             self._file = None

@@ -20,7 +20,7 @@ from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.stored_attributes import with_moved
 from storage.duckdb.writer import Writer, to_record
-from storage.spool import Spool, read_spool, spool_end
+from storage.spool import Spool, read_spool
 
 
 class Synced:
@@ -51,6 +51,11 @@ def open_spool(directory: Path, start: int = 0, segment_bytes: int = 2**20) -> t
     return Spool(directory, start, durable=synced.durable, failed=synced.failed, segment_bytes=segment_bytes), synced
 
 
+def last_end(directory: Path) -> int:
+    """Where the spool's last intact record ends (0 for none)."""
+    return max((end for end, _ in read_spool(directory, 0)), default=0)
+
+
 def test_records_read_back_in_order_and_only_past_the_committed_offset(tmp_path: Path) -> None:
     spool, synced = open_spool(tmp_path)
     ends = [spool.append(bytes([i]) * (10 + i)) for i in range(5)]
@@ -59,7 +64,7 @@ def test_records_read_back_in_order_and_only_past_the_committed_offset(tmp_path:
     assert ends == sorted(ends) and ends[0] == 8 + 10
     assert list(read_spool(tmp_path, 0)) == [(end, bytes([i]) * (10 + i)) for i, end in enumerate(ends)]
     assert [end for end, _ in read_spool(tmp_path, ends[2])] == ends[3:]
-    assert spool_end(tmp_path) == ends[-1]
+    assert last_end(tmp_path) == ends[-1]
 
 
 def test_a_torn_last_record_is_skipped_and_a_new_spool_starts_past_the_intact_ones(tmp_path: Path) -> None:
@@ -70,7 +75,7 @@ def test_a_torn_last_record_is_skipped_and_a_new_spool_starts_past_the_intact_on
     [segment] = tmp_path.glob("*.spool")
     segment.write_bytes(segment.read_bytes()[:-30])  # a crash mid-write
     assert [end for end, _ in read_spool(tmp_path, 0)] == ends[:2]
-    assert spool_end(tmp_path) == ends[1]
+    assert last_end(tmp_path) == ends[1]
 
     corrupt = bytearray(segment.read_bytes())
     corrupt[ends[0] + 10] ^= 0xFF  # the second record's payload
@@ -83,7 +88,7 @@ def test_a_new_spool_continues_the_offsets_and_removes_the_old_segments(tmp_path
     end = spool.append(b"a" * 50)
     synced.wait_for(end)
     spool.close()
-    spool, synced = open_spool(tmp_path, start=spool_end(tmp_path))
+    spool, synced = open_spool(tmp_path, start=last_end(tmp_path))
     assert list(tmp_path.glob("*.spool")) == []
     later = spool.append(b"b" * 50)
     synced.wait_for(later)
@@ -194,7 +199,7 @@ def test_behind_the_writer_a_trace_batch_is_acknowledged_from_the_spool_then_com
         held.result(HANG_GUARD)
         first.result(HANG_GUARD)
         wait_until(lambda: len(stored(con)) == 12, "the spooled batch to be committed")
-        assert committed_through(con) == spool_end(tmp_path / "spool") > 0
+        assert committed_through(con) == last_end(tmp_path / "spool") > 0
     finally:
         writer.close(HANG_GUARD)
 
@@ -219,11 +224,20 @@ def test_spooled_batches_a_crash_left_uncommitted_are_replayed_at_start_and_stor
     con.execute("UPDATE ingest_spool SET committed_through = ?", [first])
 
     writer = spooling_writer(con, directory)
-    writer.close(HANG_GUARD)
     ids = stored(con)
     assert sorted(ids) == sorted(committed.column("span_id").to_pylist() + lost.column("span_id").to_pylist())
     assert committed_through(con) == second
     assert list(read_spool(directory, 0)) == []  # replayed: the new spool starts past it
+    # ... so what it spools next ends past the committed offset, and a later replay would not skip it.
+    go, held = block(writer)
+    ahead, later = writer.try_submit(batch(1)), writer.try_submit(batch(2))
+    assert ahead is not None and later is not None
+    later.result(HANG_GUARD)
+    assert last_end(directory) > second
+    go.set()
+    held.result(HANG_GUARD)
+    writer.close(HANG_GUARD)
+    assert committed_through(con) > second
 
 
 def test_an_acknowledged_batch_whose_commit_fails_is_committed_by_a_later_attempt(

@@ -37,7 +37,7 @@ from storage.duckdb.space import DiskSpace
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
 from storage.group_queue import GroupQueue
 from storage.ports import WriteResult
-from storage.spool import Spool, read_spool, spool_end
+from storage.spool import Spool, read_spool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -173,9 +173,10 @@ class Writer:
         self.disk.keep_reserve()
         if self._spool_dir is not None:
             self._replay_spool(self._spool_dir)
+            # Replayed, everything intact in the spool is committed: the new one goes on from there.
             self._spool = Spool(
                 self._spool_dir,
-                max(spool_end(self._spool_dir), _committed_through(self._con)),
+                _committed_through(self._con),
                 durable=self._spool_synced,
                 failed=self._spool_failed,
             )
