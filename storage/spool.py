@@ -104,11 +104,13 @@ class Spool:
             return self._offset
 
     def trim(self, committed_through: int) -> None:
-        """Remove the closed segments whose every record is committed."""
+        """Remove the closed segments whose every record is committed. One that cannot be removed stays (a
+        replay skips what it holds, and the next start removes it): the writer calls this after its commit."""
         with self._segments_lock:
             while self._closed_segments and self._closed_segments[0][0] <= committed_through:
                 _, path = self._closed_segments.popleft()
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
     def close(self) -> None:
         """Write and sync what is queued, then stop. The segments stay: what they hold that is not yet

@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from builders import request, span
+from prometheus_client import CollectorRegistry
 from small_disks import resize, tmpfs
 from waiting import HANG_GUARD, wait_until
 
@@ -19,7 +20,7 @@ from collector.decode import Encoding, decode_traces
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.stored_attributes import with_moved
-from storage.duckdb.writer import Writer, to_record
+from storage.duckdb.writer import Writer, WriterMetrics, to_record
 from storage.spool import Spool, read_spool
 
 
@@ -153,12 +154,15 @@ def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     con.close()
 
 
-def spooling_writer(con: duckdb.DuckDBPyConnection, directory: Path) -> Writer:
+def spooling_writer(
+    con: duckdb.DuckDBPyConnection, directory: Path, registry: CollectorRegistry | None = None
+) -> Writer:
     writer = Writer(
         con,
         max_queued_spans=10_000,
         dedup_window_seconds=300,
         dedup_max_spans=100_000,
+        metrics=WriterMetrics(registry) if registry is not None else None,
         spool=directory,
         spool_backlog=1,
     )
@@ -261,3 +265,28 @@ def test_an_acknowledged_batch_whose_commit_fails_is_committed_by_a_later_attemp
         assert writer.queued_spans == 0
     finally:
         writer.close(HANG_GUARD)
+
+
+def test_a_batch_the_spool_cannot_take_is_acknowledged_at_its_commit_and_the_failure_counted(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    registry = CollectorRegistry()
+    with tmpfs(tmp_path / "small", "64k") as disk:
+        writer = spooling_writer(con, disk / "spool", registry)
+        try:
+            go, held = block(writer)
+            ahead = writer.try_submit(batch(1))
+            too_big = writer.try_submit(batch(300))  # spooled, but its record is larger than the disk
+            assert ahead is not None and too_big is not None
+            wait_until(
+                lambda: registry.get_sample_value("tailwatch_spool_write_failures_total") == 1,
+                "the spool write to fail",
+            )
+            assert not too_big.done()  # not on disk: it waits for its commit
+            go.set()
+            held.result(HANG_GUARD)
+            assert too_big.result(HANG_GUARD).inserted == 300
+            assert len(stored(con)) == 301
+            assert registry.get_sample_value("tailwatch_spool_acknowledged_spans_total") == 0
+        finally:
+            writer.close(HANG_GUARD)
