@@ -268,7 +268,7 @@ def test_an_acknowledged_batch_whose_commit_fails_is_committed_by_a_later_attemp
 
 
 def test_a_batch_the_spool_cannot_take_is_acknowledged_at_its_commit_and_the_failure_counted(
-    con: duckdb.DuckDBPyConnection, tmp_path: Path
+    con: duckdb.DuckDBPyConnection, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     registry = CollectorRegistry()
     with tmpfs(tmp_path / "small", "64k") as disk:
@@ -283,10 +283,16 @@ def test_a_batch_the_spool_cannot_take_is_acknowledged_at_its_commit_and_the_fai
                 "the spool write to fail",
             )
             assert not too_big.done()  # not on disk: it waits for its commit
+            assert "writing the ingest spool failed" in caplog.text and "No space left on device" in caplog.text
+            resize(disk, "1m")
+            later = writer.try_submit(batch(2))  # synced once there is room: acknowledged, and only it
+            assert later is not None
+            later.result(HANG_GUARD)
+            assert not too_big.done()
             go.set()
             held.result(HANG_GUARD)
             assert too_big.result(HANG_GUARD).inserted == 300
-            assert len(stored(con)) == 301
-            assert registry.get_sample_value("tailwatch_spool_acknowledged_spans_total") == 0
+            assert len(stored(con)) == 303
+            assert registry.get_sample_value("tailwatch_spool_acknowledged_spans_total") == 2
         finally:
             writer.close(HANG_GUARD)

@@ -402,11 +402,11 @@ class Writer:
             self._metrics.spool_acknowledged.inc(acknowledged)
 
     def _spool_failed(self, through: int, exc: OSError) -> None:
-        """On the spool's thread: the batches up to `through` are not on disk, so they wait for their commit."""
+        """On the spool's thread: the batches up to `through` are not on disk, so they wait for their commit.
+        (Their offsets still count once committed: a replay skips what the failed write left intact.)"""
         with self._ack_lock:
             while self._awaiting_spool and self._awaiting_spool[0].spooled_to <= through:
-                item = self._awaiting_spool.popleft()
-                item.spooled_to = 0
+                self._awaiting_spool.popleft()
         if self._metrics:
             self._metrics.spool_failures.inc()
         log.warning("writing the ingest spool failed; its requests are acknowledged at their commit: %s", exc)
