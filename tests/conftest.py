@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from receivers import NATIVE_INSTALL, in_ci, require_or_skip
 from waiting import HANG_GUARD
@@ -18,6 +19,8 @@ from waiting import HANG_GUARD
 import collector.decode
 from collector import native_walk
 from collector.decode import Decoder
+from storage.duckdb import migrate
+from storage.duckdb.database import open_database
 from tailwatch.service import Service
 from tailwatch.settings import Settings, load_settings
 
@@ -104,6 +107,15 @@ def service_settings(db: Path, **overrides: Any) -> Settings:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "tailwatch.duckdb"
+
+
+@pytest.fixture
+def con(db_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A database file migrated to the newest schema, open read-write."""
+    connection = open_database(db_path)
+    migrate.upgrade(connection)
+    yield connection
+    connection.close()
 
 
 @pytest.fixture

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
-import pytest
 
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
@@ -16,14 +14,6 @@ from storage.duckdb.writer import Writer
 
 CUTOFF = datetime(2026, 11, 16, 5, 0, 0)
 US = timedelta(microseconds=1)
-
-
-@pytest.fixture
-def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    connection = open_database(tmp_path / "retention.duckdb")
-    migrate.upgrade(connection)
-    yield connection
-    connection.close()
 
 
 def store(

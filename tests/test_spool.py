@@ -4,7 +4,6 @@ writer acknowledging from it while behind, retrying what it acknowledged, and re
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -17,8 +16,6 @@ from small_disks import resize, tmpfs
 from waiting import HANG_GUARD, wait_until
 
 from collector.decode import Encoding, decode_traces
-from storage.duckdb import migrate
-from storage.duckdb.database import open_database
 from storage.duckdb.stored_attributes import with_moved
 from storage.duckdb.writer import Writer, WriterMetrics, to_record
 from storage.spool import Spool, read_spool
@@ -144,14 +141,6 @@ def stored(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def committed_through(con: duckdb.DuckDBPyConnection) -> int:
     return int(con.cursor().execute("SELECT committed_through FROM ingest_spool").fetchall()[0][0])
-
-
-@pytest.fixture
-def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    con = open_database(tmp_path / "spool.duckdb")
-    migrate.upgrade(con)
-    yield con
-    con.close()
 
 
 def spooling_writer(

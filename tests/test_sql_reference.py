@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
-
-from storage.duckdb import migrate
-from storage.duckdb.database import open_database
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "sql.md"
 REFERENCE = "## Reference"
@@ -17,14 +13,6 @@ MACROS = "Table macros"
 COLUMN_HEADER = ["column", "type", "unit", "meaning"]
 MACRO_HEADER = ["macro", "returns"]
 SKIPPED = {"alembic_version"}
-
-
-@pytest.fixture
-def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    connection = open_database(tmp_path / "reference.duckdb")
-    migrate.upgrade(connection)
-    yield connection
-    connection.close()
 
 
 def objects(con: duckdb.DuckDBPyConnection) -> list[str]:
