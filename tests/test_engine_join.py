@@ -161,6 +161,21 @@ def test_a_span_s_own_value_wins_and_says_so(storage: Storage) -> None:
     assert sources(storage)["0000000000000002"] == ("span", "engine", "span")
 
 
+def test_waiting_and_running_requests_of_two_engine_series_on_one_replica_are_summed(storage: Storage) -> None:
+    # Data-parallel vLLM reports its queues once per engine core: one pod, two `engine` series.
+    times = every_5s(T0 - timedelta(minutes=1), T0 + timedelta(minutes=1))
+    series = [
+        gauge(name, [(t, value) for t in times], {"engine": engine})
+        for engine, waiting, running in (("0", 2.0, 3.0), ("1", 4.0, 7.0))
+        for name, value in (("vllm:num_requests_waiting", waiting), ("vllm:num_requests_running", running))
+    ]
+    store_metrics(storage, pod("pod-a", series))
+    store_spans(storage, [request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    row = joined(storage, "queue_depth", "replica_count", "running_requests")["0000000000000002"]
+    # Averaged they would be 3 waiting and 5 running; one replica however many engines it runs.
+    assert (row["queue_depth"], row["running_requests"], row["replica_count"]) == (6, 10, 1)
+
+
 def test_a_replica_that_stopped_reporting_two_intervals_ago_is_gone(storage: Storage) -> None:
     times = every_5s(T0 - timedelta(minutes=1), T0 + timedelta(minutes=1))
     store_metrics(storage, pod("pod-a", [gauge("vllm:num_requests_waiting", [(t, 2.0) for t in times])]))
