@@ -8,9 +8,11 @@ json_adherence score that fails now and then everywhere, continuous latencies.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 import polars as pl
@@ -18,6 +20,7 @@ import pytest
 
 from detectors.base import Window
 from detectors.clusters import Config, detect
+from detectors.evidence import Evidence
 
 START = datetime(2026, 11, 20, 12, 0)
 FIVE_MINUTES = Window(START, START + timedelta(minutes=5))
@@ -128,6 +131,31 @@ def test_a_score_floor_can_be_set_per_score_name() -> None:
     assert "score:json_adherence" not in out.figures["symptom"].to_list()
     with pytest.raises(ValueError, match=r"'json_adherence' is 1\.5; a floor is between 0 and 1"):
         Config(score_floors={"json_adherence": 1.5})
+
+
+def upper_tail(population: int, bad: int, size: int, k: int) -> float:
+    """P(X >= k) for X hypergeometric: `size` drawn from `population` holding `bad`, summed exactly."""
+    ways = sum(math.comb(bad, x) * math.comb(population - bad, size - x) for x in range(k, min(bad, size) + 1))
+    return float(Fraction(ways, math.comb(population, size)))
+
+
+@pytest.mark.parametrize(
+    ("population", "bad", "size", "k"),
+    [
+        (1000, 100, 100, 11),  # one past the mean of 10: the tail is 3.3x the point's chance
+        (1000, 100, 100, 15),
+        (1000, 100, 100, 40),  # far tail, 7e-18
+        (20000, 400, 2000, 41),  # one past the mean of 40: 7x the point
+        (20000, 400, 2000, 60),
+        (50, 10, 25, 6),
+        (4000, 30, 200, 30),  # every bad request in the group: the tail is that one term
+    ],
+)
+def test_the_p_value_is_the_chance_of_at_least_the_groups_bad_requests_in_a_random_group_of_its_size(
+    population: int, bad: int, size: int, k: int
+) -> None:
+    evidence = Evidence(size=size, bad=k, outside=population - size, bad_outside=bad - k)
+    assert evidence.p_value == pytest.approx(upper_tail(population, bad, size, k), rel=1e-9, abs=0)
 
 
 CLEAN_SEEDS = range(1000, 1200)
