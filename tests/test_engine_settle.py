@@ -6,7 +6,7 @@ both live and settled.)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,29 @@ def test_the_service_settles_requests_on_its_schedule(db_path: Path) -> None:
             lambda: running.rows("SELECT engine_settled, engine_queue_depth FROM spans") == [(True, 5)],
             "the request's engine facts settled by the scheduled job",
         )
+
+
+def test_the_service_leaves_a_request_unsettled_for_settle_after_seconds_so_late_points_still_reach_it(
+    db_path: Path,
+) -> None:
+    # No scheduled jobs: the test makes the service's settling call itself, on the wall clock it reads.
+    settings = service_settings(db_path, scheduler=False, metrics={"settle_after_seconds": 600})
+    with RunningService(settings) as running:
+        storage = running.service.storage
+        now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+        end = now - timedelta(minutes=5)
+        # Another replica has reported up to now, so the engine points as a whole are past the request's end.
+        pod_b = [(t, 0.5) for t in every_5s(end - timedelta(minutes=1), now)]
+        store_metrics(storage, pod("pod-b", [gauge("vllm:kv_cache_usage_perc", pod_b)]))
+        store_spans(storage, [request_span(1, "pod-a", end - timedelta(seconds=12), end)])
+        # Ended 5 minutes ago, 10 are asked for: not yet.
+        assert running.service.settle_engine_facts() == 0
+        # Its own replica's points arrive late, as from a Collector that fell behind, inside those 10 minutes.
+        pod_a = [(t, 0.75) for t in every_5s(end - timedelta(minutes=1), end + timedelta(minutes=1))]
+        store_metrics(storage, pod("pod-a", [gauge("vllm:kv_cache_usage_perc", pod_a)]))
+        # Once its end is 10 minutes old the service's call settles it, as this one with that horizon does.
+        assert storage.engine_facts.settle(end + timedelta(seconds=1)) == 1
+        assert running.rows("SELECT engine_settled, engine_kv_cache_usage FROM spans") == [(True, 0.75)]
 
 
 def test_a_window_half_settled_reads_the_settled_part_without_the_join_and_the_rest_joined(
