@@ -4,6 +4,8 @@ status. The long runs (a million inputs each) are bench/fuzz.py, their figures i
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import os
 import subprocess
 import sys
@@ -12,7 +14,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
-from targets import CORPUS, TARGETS, answer
+from builders import T0, gauge, metrics_request, request, span
+from targets import CORPUS, TARGETS, answer, items_sent
+
+from collector.reasons import Rejections
 
 FUZZ = Path(__file__).parent / "fuzz"
 SHORT_RUNS = 20_000
@@ -60,3 +65,25 @@ def test_a_target_that_raises_is_reported_as_a_crash(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode != 0 and "ZeroDivisionError" in done.stdout + done.stderr
+
+
+def test_every_item_sent_is_accepted_or_rejected_by_reason() -> None:
+    """One valid span, one with an all-zero trace id: answered, and the harness's count agrees with the decoder's."""
+    payload = request([span(), span(trace_id=bytes(16))]).SerializeToString()
+    assert items_sent("traces_protobuf", payload) == 2
+    for target in ("traces_protobuf", "traces_reference", "traces_gzip"):
+        data = gzip.compress(payload) if target == "traces_gzip" else payload
+        assert answer(target, data) == "ok"
+    points = metrics_request([gauge("vllm:num_requests_waiting", [(T0, 2.0), (0, 3.0)])]).SerializeToString()
+    assert items_sent("metrics_protobuf", points) == 2
+    assert answer("metrics_protobuf", points) == "ok"
+
+
+def test_a_decoder_that_drops_an_item_without_counting_it_fails_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail: a planted decoder that loses the rejected span without a reason is caught."""
+    payload = request([span(), span(trace_id=bytes(16))]).SerializeToString()
+    decoded = TARGETS["traces_protobuf"](payload)
+    uncounted = dataclasses.replace(decoded, rejections=Rejections())
+    monkeypatch.setitem(TARGETS, "traces_protobuf", lambda data: uncounted)
+    with pytest.raises(AssertionError, match="2 items sent, 1 accounted for"):
+        answer("traces_protobuf", payload)

@@ -10,10 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collector import native_walk
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector import native_walk, otlp_json
 from collector.decode import Decoded, Decoder, Encoding, decode_logs, decode_metrics, decode_traces
 from collector.errors import MalformedPayload, PayloadTooLarge
 from collector.http_receiver import gunzip
+from collector.reasons import LogRejectReason, MetricRejectReason, SpanRejectReason
 
 # The default ingest.max_request_bytes: a gzip body may inflate to this much.
 INFLATE_LIMIT = 16 * 1024 * 1024
@@ -74,6 +80,41 @@ CORPUS = {
 }
 
 
+MESSAGES: dict[str, type[Message]] = {
+    "traces": ExportTraceServiceRequest,
+    "logs": ExportLogsServiceRequest,
+    "metrics": ExportMetricsServiceRequest,
+}
+REASONS = {"traces": SpanRejectReason, "logs": LogRejectReason, "metrics": MetricRejectReason}
+_POINTS = ("gauge", "sum", "histogram", "exponential_histogram", "summary")
+
+
+def items_sent(target: str, data: bytes) -> int | None:
+    """How many spans, log records or data points the request carries, counted from the official messages
+    rather than from the decoder; None where protobuf's own parser refuses what the decoder read."""
+    signal, encoding = target.split("_", 1)
+    message_type = MESSAGES[signal]
+    try:
+        if encoding == "json":
+            message = otlp_json.parse(data, message_type)
+        else:
+            message = message_type.FromString(gunzip(data, INFLATE_LIMIT) if encoding == "gzip" else data)
+    except (DecodeError, MalformedPayload, PayloadTooLarge):
+        return None
+    if isinstance(message, ExportTraceServiceRequest):
+        return sum(len(s.spans) for r in message.resource_spans for s in r.scope_spans)
+    if isinstance(message, ExportLogsServiceRequest):
+        return sum(len(s.log_records) for r in message.resource_logs for s in r.scope_logs)
+    assert isinstance(message, ExportMetricsServiceRequest)
+    return sum(
+        len(getattr(m, m.WhichOneof("data")).data_points)
+        for r in message.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+        if m.WhichOneof("data") in _POINTS
+    )
+
+
 def answer(target: str, data: bytes) -> str:
     """What the service would answer `data` with: 'ok' (rejections counted), or the refusal's kind."""
     try:
@@ -82,6 +123,11 @@ def answer(target: str, data: bytes) -> str:
         return "malformed"
     except PayloadTooLarge:
         return "too_large"
-    # Counted by reason: every rejection has one.
-    assert decoded.rejections.total == sum(decoded.rejections.counts.values())
+    # Counted by reason: every item sent is accepted, ignored or rejected with one of its signal's reasons
+    # and an explanation. A decoder that drops an item without counting it fails here.
+    signal = target.split("_", 1)[0]
+    assert all(isinstance(reason, REASONS[signal]) for reason in decoded.rejections.counts), decoded.rejections
+    assert set(decoded.rejections.examples) == {r for r, n in decoded.rejections.counts.items() if n}
+    sent = items_sent(target, data)
+    assert sent is None or decoded.received == sent, f"{sent} items sent, {decoded.received} accounted for"
     return "ok"
