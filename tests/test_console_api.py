@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from builders import T0, request, span
+from builders import T0, gauge, metrics_request, request, span
 from conftest import RunningService, service_settings
 
 from storage.ports import EvaluationRecord, RunRecord, Window
@@ -153,6 +153,23 @@ def test_a_trace_comes_with_its_request_row_and_its_range_hint_bounds_the_search
     assert get_json(service, f"/v1/traces/{'0f' * 16}?{inside}")[0] == 200
     outside = f"from={end + timedelta(minutes=1):%Y-%m-%dT%H:%M:%SZ}&to={end + timedelta(minutes=2):%Y-%m-%dT%H:%M:%SZ}"
     assert get_json(service, f"/v1/traces/{'0f' * 16}?{outside}")[0] == 404
+
+
+def test_a_trace_s_engine_points_reach_a_minute_either_side_of_its_request(service: RunningService) -> None:
+    trace_id = bytes.fromhex("1e" * 16)
+    pod = {"k8s.pod.name": "pod-a"}
+    llm = span(trace_id=trace_id, start=T0, duration_ns=10_000_000_000, attributes={"gen_ai.request.model": "m"})
+    traces = request([llm], pod).SerializeToString()
+    assert call(f"{service.http_url}/v1/traces", traces, **{"Content-Type": PROTOBUF})[0] == 200
+    # Every 5 s from 2 minutes before the request's start to 2 minutes after its end; each point's value is
+    # its second relative to the start, so the answer says which seconds came back.
+    points = [(T0 + s * 1_000_000_000, float(s)) for s in range(-120, 10 + 125, 5)]
+    metrics = metrics_request([gauge("vllm:num_requests_waiting", points)], pod).SerializeToString()
+    assert call(f"{service.http_url}/v1/metrics", metrics, **{"Content-Type": PROTOBUF})[0] == 200
+    status, trace = get_json(service, f"/v1/traces/{'1e' * 16}")
+    assert status == 200
+    # The chart shows the queue building before arrival and draining after the end, not the 10 s alone.
+    assert [p["value"] for p in trace["engine"]] == [float(s) for s in range(-60, 10 + 65, 5)]
 
 
 def test_status_reports_what_was_stored_and_each_detectors_last_pass(service: RunningService) -> None:
