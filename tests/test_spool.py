@@ -4,6 +4,9 @@ writer acknowledging from it while behind, retrying what it acknowledged, and re
 from __future__ import annotations
 
 import threading
+import time
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 from builders import request, span
 from prometheus_client import CollectorRegistry
 from small_disks import resize, tmpfs
+from test_dedup import Clock
 from waiting import HANG_GUARD, wait_until
 
 from collector.decode import Encoding, decode_traces
@@ -143,15 +147,22 @@ def committed_through(con: duckdb.DuckDBPyConnection) -> int:
     return int(con.cursor().execute("SELECT committed_through FROM ingest_spool").fetchall()[0][0])
 
 
+DEDUP_WINDOW = 300.0
+
+
 def spooling_writer(
-    con: duckdb.DuckDBPyConnection, directory: Path, registry: CollectorRegistry | None = None
+    con: duckdb.DuckDBPyConnection,
+    directory: Path,
+    registry: CollectorRegistry | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Writer:
     writer = Writer(
         con,
         max_queued_spans=10_000,
-        dedup_window_seconds=300,
+        dedup_window_seconds=DEDUP_WINDOW,
         dedup_max_spans=100_000,
         metrics=WriterMetrics(registry) if registry is not None else None,
+        clock=clock,
         spool=directory,
         spool_backlog=1,
     )
@@ -231,6 +242,39 @@ def test_spooled_batches_a_crash_left_uncommitted_are_replayed_at_start_and_stor
     held.result(HANG_GUARD)
     writer.close(HANG_GUARD)
     assert committed_through(con) > second
+
+
+def test_a_restart_replays_only_what_lies_past_the_committed_offset_not_a_batch_the_window_forgot(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    directory = tmp_path / "spool"
+    clock = Clock(1_795_000_000.0)
+    ahead, spooled, newest = batch(1), batch(3), batch(2)
+    writer = spooling_writer(con, directory, clock=clock)
+    try:
+        go, held = block(writer)
+        waiting, acknowledged = writer.try_submit(ahead), writer.try_submit(spooled)  # the second is spooled
+        assert waiting is not None and acknowledged is not None
+        acknowledged.result(HANG_GUARD)
+        go.set()
+        held.result(HANG_GUARD)
+        waiting.result(HANG_GUARD)
+        wait_until(lambda: committed_through(con) == last_end(directory) > 0, "the spooled batch to be committed")
+        # The duplicate window is rebuilt back from the newest stored span: one committed more than a window
+        # later leaves the spooled batch outside it, so only the committed offset keeps a replay from storing
+        # it again.
+        clock.now += DEDUP_WINDOW + 1
+        later = writer.try_submit(newest)  # nothing queued ahead: committed, not spooled
+        assert later is not None
+        later.result(HANG_GUARD)
+    finally:
+        writer.close(HANG_GUARD)
+    # The segment being written is never trimmed, so the committed record is still on disk at the restart.
+    assert [end for end, _ in read_spool(directory, 0)] == [committed_through(con)]
+
+    spooling_writer(con, directory, clock=clock).close(HANG_GUARD)
+    expected = {span_id: 1 for t in (ahead, spooled, newest) for span_id in t.column("span_id").to_pylist()}
+    assert Counter(stored(con)) == expected
 
 
 def test_an_acknowledged_batch_whose_commit_fails_is_committed_by_a_later_attempt(
