@@ -82,6 +82,29 @@ def test_a_retried_request_counts_once_across_two_writers_however_it_is_grouped(
         second.close()
 
 
+def spans_of_traces(traces: list[str], rows: list[dict[str, Any]]) -> pa.Table:
+    """`rows` spread over `traces` in turn: each table built alone, as a decoder hands one request over."""
+    return pa.Table.from_pylist(
+        [{**r, "trace_id": traces[i % len(traces)]} for i, r in enumerate(rows)], schema=SPAN_BATCH_SCHEMA
+    )
+
+
+def test_other_spans_of_the_same_traces_are_stored_and_a_whole_retry_is_stored_once() -> None:
+    store = open_chdb("token")
+    try:
+        # Ten traces in the same order in both batches: their trace ids alone would give both one token.
+        traces = [f"{t:032x}" for t in range(1, 11)]
+        first, later = spans_of_traces(traces, REQUESTS[:50]), spans_of_traces(traces, REQUESTS[50:100])
+        store_all(store, first)
+        store_all(store, later)
+        store_all(store, first)  # a retry of the whole first request
+        assert stored(store, "SELECT count() FROM spans") == 100
+        per_span = store.client.arrow("SELECT SpanId, count() AS n FROM otel_traces GROUP BY SpanId").to_pylist()
+        assert sorted((r["SpanId"], r["n"]) for r in per_span) == [(r["span_id"], 1) for r in REQUESTS[:100]]
+    finally:
+        store.close()
+
+
 def test_receivers_write_the_exporter_layout_with_attributes_as_text_maps() -> None:
     store = open_chdb("layout")
     try:
