@@ -150,6 +150,33 @@ def test_a_firing_alert_on_a_group_a_cluster_finds_is_explained_by_it_and_the_cl
     assert out.explanations == {"a1": f"explained by cluster {top['cluster_id']} on latency_tail: {top['summary']}"}
 
 
+def test_an_alert_is_explained_only_by_a_cluster_on_its_own_symptom() -> None:
+    """r3's cluster is on json_adherence. An alert on r3's latency names the same group but another
+    symptom: the cluster is no evidence for it, and the explanation gives latency's own numbers."""
+    frames = window(fault=drifted_replica)
+    signals = {"on-latency": "latency_p99", "on-json": "json_adherence"}
+    frames["alerts"] = pl.DataFrame(
+        {
+            "alert_id": list(signals),
+            "detector": ["replica_skew"] * 2,
+            "labels": [json.dumps({"replica_id": "r3", "signal": signal}) for signal in signals.values()],
+        }
+    )
+    out = detect(frames, Config(), WINDOW)
+    [top] = out.figures.rows(named=True)
+    assert (json.loads(top["signature"]), top["symptom"]) == ({"replica_id": "r3"}, "score:json_adherence")
+    assert out.explanations["on-json"] == (
+        f"explained by cluster {top['cluster_id']} on score:json_adherence: {top['summary']}"
+    )
+    assert out.explanations["on-latency"].startswith(
+        "no cluster passed the evidence test on latency_tail: replica_id=r3 has 2 of 500 requests had an e2e or "
+        "TTFT above the window p99 (0.4%) against 1.2% for the rest, risk ratio 0.33, p = 1 "
+    )
+    # Nor does the cluster link to the latency alert when that is the one firing.
+    frames["alerts"] = firing("replica_skew", {"replica_id": "r3", "signal": "latency_p99"})
+    assert detect(frames, Config(), WINDOW).figures["detector"].to_list() == ["clusters"]
+
+
 def test_a_firing_alert_no_cluster_confirms_says_so_with_the_numbers() -> None:
     # cache_curve fires on the low bucket for json_adherence, but in this window the low bucket scores as
     # well as the rest: the requests do not back it, and the alert's record says so rather than nothing.
@@ -305,6 +332,101 @@ def test_a_group_whose_evidence_is_a_riskier_group_inside_it_is_not_a_cluster_of
     table = table.with_columns(_bad0=pl.col("_bad0") | ((pl.col("replica_id") == "r6") & (pl.int_range(n) % 3 == 0)))
     found = find_clusters(table, ["deployment", "replica_id"], ["bad"], Config()).clusters
     assert sorted(str(dict(c.signature)) for c in found) == ["{'replica_id': 'r6'}", "{'replica_id': 'r7'}"]
+
+
+# A cell of a hand-built window: its values of the dimensions, its requests and how many of them are bad.
+Cell = tuple[str, str, int, int]
+
+
+def cells(dims: tuple[str, str], rows: list[Cell]) -> pl.DataFrame:
+    """A window built cell by cell, so every group's requests and bad requests are exact."""
+    first, second, bad = [], [], []
+    for a, b, size, bad_count in rows:
+        first += [a] * size
+        second += [b] * size
+        bad += [i < bad_count for i in range(size)]
+    return one_symptom(pl.DataFrame({dims[0]: first, dims[1]: second, "bad": bad}))
+
+
+def kept_and_held(table: pl.DataFrame, dims: tuple[str, str]) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """The clusters, best first, and each group that passed but went, with the cluster that holds it."""
+    found = find_clusters(table, list(dims), ["bad"], Config())
+    held = {c.signature_json(): holder.signature_json() for c, holder in found.held.items()}
+    return [dict(c.signature) for c in found.clusters], held
+
+
+R1, R1_T1 = {"replica_id": "r1"}, {"replica_id": "r1", "tenant_id": "t1"}
+
+
+@pytest.mark.parametrize(
+    ("pair_bad", "expected"),
+    [(240, [R1, R1_T1]), (359, [R1, R1_T1]), (360, [R1_T1])],
+    ids=["60%", "89.75%", "90%"],
+)
+def test_a_single_value_stays_beside_a_pair_over_it_unless_the_pair_holds_90_percent_of_its_bad_requests(
+    pair_bad: int, expected: list[dict[str, str]]
+) -> None:
+    """Replica r1 is bad with every tenant (40 of its 3,600 requests outside tenant t1, against one in 400
+    elsewhere), and worse with t1. Beside a pair holding 60% of its bad requests r1 is a cause of its own;
+    once the pair holds 90% of them, r1 is the pair's requests said less precisely."""
+    dims = ("replica_id", "tenant_id")
+    rows: list[Cell] = [(f"r{r}", f"t{t}", 400, 1) for r in (0, 2, 3) for t in range(10)]
+    rows += [("r1", "t0", 400, 8), *(("r1", f"t{t}", 400, 4) for t in range(2, 10)), ("r1", "t1", 400, pair_bad)]
+    clusters, _ = kept_and_held(cells(dims, rows), dims)
+    assert clusters == expected
+
+
+INT4 = {"quantization": "int4"}
+R7 = {"replica_id": "r7"}
+
+
+@pytest.mark.parametrize(
+    ("r7", "int4_on_r6", "r7_bad", "int4_on_r6_bad", "expected", "held"),
+    [
+        # Only r7 is bad and it is 60% of the int4 requests: int4 is r7's evidence, not a cause.
+        (600, 400, 300, 8, [R7], {'{"quantization": "int4"}': '{"replica_id": "r7"}'}),
+        # int4 is bad wherever it runs, and r7 is 90% of it: one cause, the variant.
+        (900, 100, 270, 30, [INT4], {'{"replica_id": "r7"}': '{"quantization": "int4"}'}),
+        # The same at 89.9%: the rest of int4 still passes alone, so both stay.
+        (899, 101, 270, 30, [INT4, R7], {}),
+    ],
+    ids=["60%", "90%", "89.9%"],
+)
+def test_a_group_replaces_the_clusters_inside_it_only_when_they_cover_90_percent_of_its_requests(
+    r7: int, int4_on_r6: int, r7_bad: int, int4_on_r6_bad: int, expected: list[dict[str, str]], held: dict[str, str]
+) -> None:
+    """Every request of replica r7 runs the int4 variant, which also runs on part of r6."""
+    dims = ("replica_id", "quantization")
+    r6 = 1000 - int4_on_r6
+    rows: list[Cell] = [(f"r{r}", "fp16", 1000, 20) for r in range(6)]
+    rows += [("r6", "fp16", r6, r6 // 50), ("r6", "int4", int4_on_r6, int4_on_r6_bad), ("r7", "int4", r7, r7_bad)]
+    assert kept_and_held(cells(dims, rows), dims) == (expected, held)
+
+
+T1, R6 = {"tenant_id": "t1"}, {"replica_id": "r6"}
+
+
+@pytest.mark.parametrize(
+    ("on_t1", "expected", "held"),
+    [
+        (450, [T1, R6, R7], {}),
+        (674, [T1, R6, R7], {}),
+        (675, [T1], {'{"replica_id": "r6"}': '{"tenant_id": "t1"}', '{"replica_id": "r7"}': '{"tenant_id": "t1"}'}),
+    ],
+    ids=["60%", "89.9%", "90%"],
+)
+def test_a_cluster_is_inside_a_bigger_one_only_with_90_percent_of_its_requests_in_it(
+    on_t1: int, expected: list[dict[str, str]], held: dict[str, str]
+) -> None:
+    """Replicas r6 and r7, 750 requests each, are bad (30%) with every tenant they serve and serve most of
+    tenant t1's requests, so t1 passes too. Until 90% of each replica's requests are t1's, the replicas
+    are causes beside t1, not t1's requests under another name, though together they are 90% of t1."""
+    dims = ("replica_id", "tenant_id")
+    off_t1 = 750 - on_t1
+    rows: list[Cell] = [(f"r{r}", t, 500, 10) for r in range(6) for t in ("t0", "t2")]
+    rows += [("r0", "t1", 100, 2), ("r6", "t1", on_t1, on_t1 * 3 // 10), ("r6", "t0", off_t1, off_t1 * 3 // 10)]
+    rows += [("r7", "t1", on_t1, on_t1 * 3 // 10), ("r7", "t2", off_t1, off_t1 * 3 // 10)]
+    assert kept_and_held(cells(dims, rows), dims) == (expected, held)
 
 
 def test_errors_are_not_explained_by_their_own_status_code() -> None:
