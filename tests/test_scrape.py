@@ -304,6 +304,35 @@ def test_a_sample_timestamp_wins_over_the_scrape_time(
     ]
 
 
+def test_a_counter_s_a_gauge_s_and_a_histogram_s_own_timestamps_win_over_the_scrape_time(
+    storage: DuckDBStorage, scraper: ScraperFactory, servers: Callable[[Any], Any]
+) -> None:
+    # Each kind is fed by its own branch; each stamps its sample 10, 20 and 30 s before the scrape. The
+    # preemptions counter carries none and takes the scrape time.
+    page = """\
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0"} 42 1767225590000
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0"} 0.5 1767225580000
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{engine="0",le="+Inf"} 2.0 1767225570000
+vllm:iteration_tokens_total_count{engine="0"} 2.0 1767225570000
+vllm:iteration_tokens_total_sum{engine="0"} 17.0 1767225570000
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0"} 1
+"""
+    engine = servers(Endpoint(page))
+    scraper([ScrapeTarget(url=engine.url)]).scrape_once()
+    settled(storage)
+    assert storage.reader.rows("SELECT name, time FROM engine_metrics ORDER BY name") == [
+        ("vllm:iteration_tokens_total_count", datetime(2025, 12, 31, 23, 59, 30)),
+        ("vllm:iteration_tokens_total_sum", datetime(2025, 12, 31, 23, 59, 30)),
+        ("vllm:kv_cache_usage_perc", datetime(2025, 12, 31, 23, 59, 40)),
+        ("vllm:num_preemptions_total", AT),
+        ("vllm:prompt_tokens_total", datetime(2025, 12, 31, 23, 59, 50)),
+    ]
+
+
 def test_non_finite_values_are_rejected_and_counted_and_the_rest_of_the_page_stored(
     storage: DuckDBStorage, scraper: ScraperFactory, servers: Callable[[Any], Any], registry: CollectorRegistry
 ) -> None:
