@@ -163,6 +163,36 @@ def test_a_slow_burn_raises_a_ticket_and_no_page_and_recovery_resolves_it(storag
     assert resolved_at == T0 + timedelta(hours=28)
 
 
+def test_a_burn_above_6x_over_6_hours_and_30_minutes_pages_though_it_never_reaches_14_4x_over_an_hour(
+    storage: DuckDBStorage,
+) -> None:
+    """Seven hours against 99 %, one request in 10 slow for acme (a burn of 10), one in 16 for initech (6.25),
+    one in 17 for globex (5.88), evaluated hourly. None comes near the fast page's 14.4 over an hour; the
+    slow page (6 over 6 hours and 30 minutes) takes acme and initech, and globex, just under it, gets the
+    ticket (1 over 3 days and 6 hours) only."""
+    fleet = Fleet(storage, Config(slos=(per_tenant(0.99),), interval_seconds=3600, window_seconds=3600))
+    for tenant, per_minute in (("acme", 10), ("initech", 16), ("globex", 17)):
+        fleet.plant(tenant, T0, 7 * 60, per_minute, 1 / per_minute)
+    [*_, (last, alerts)] = fleet.every(T0 + timedelta(hours=1), T0 + timedelta(hours=7))
+    assert alerts == [
+        (Severity.CRITICAL.value, {"slo": "ttft-2s", "tenant_id": "acme"}),
+        (Severity.CRITICAL.value, {"slo": "ttft-2s", "tenant_id": "initech"}),
+        (Severity.WARNING.value, {"slo": "ttft-2s", "tenant_id": "globex"}),
+    ]
+    rates = fleet.rows(
+        "SELECT tenant_id, burn_window, burn_rate FROM slo_burn WHERE window_end = ? AND burn_window IN "
+        "('30m', '1h', '6h') ORDER BY tenant_id, window_seconds",
+        [last - timedelta(minutes=2)],
+    )
+    assert rates == [
+        (tenant, window, pytest.approx(rate))
+        for tenant, rate in (("acme", 10.0), ("globex", 100 / 17), ("initech", 6.25))
+        for window in ("30m", "1h", "6h")
+    ]
+    [(summary,)] = fleet.rows("SELECT summary FROM alerts WHERE state = 'firing' AND labels->>'tenant_id' = 'acme'")
+    assert "error budget burning 10.0x over 6h and 10.0x over 30m (rule: above 6x on both)" in summary
+
+
 def test_a_three_minute_blip_fires_nothing(storage: DuckDBStorage) -> None:
     """Every request bad for three minutes after six healthy hours: 5 % of an hour (a burn of 5, under the
     page's 14.4) and 0.8 % of six hours (0.83, under the ticket's 1)."""
