@@ -235,6 +235,28 @@ def test_breaching_groups_come_first_then_the_busiest_and_a_label_set_shows_once
     assert not [m for m in registry.collect() if m.name.startswith("tailwatch_clusters_")]
 
 
+def test_a_small_breaching_group_is_shown_before_busier_groups_that_do_not_breach() -> None:
+    """Under a cap of two, the one model that breaches serves a tenth of either busy one's requests: it
+    is what a dashboard must show, so the quieter of the busy two is the group left out."""
+    registry = CollectorRegistry()
+    gauges = FigureGauges(registry)
+    window = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
+    figures = pl.DataFrame(
+        {
+            "model": ["busiest", "busy", "breaching"],
+            "n": [500, 400, 40],
+            "tpot_p99": [20.0, 21.0, 95.0],
+            "breached": [False, False, True],
+            "window_start": [window.start] * 3,
+            "window_end": [window.end] * 3,
+        }
+    )
+    gauges.replace("token_latency", window, figures, 2)
+    [family] = [m for m in registry.collect() if m.name == "tailwatch_token_latency_tpot_p99"]
+    assert {s.labels["model"]: s.value for s in family.samples} == {"breaching": 95.0, "busiest": 20.0}
+    assert registry.get_sample_value("tailwatch_figure_series_dropped_total", {"detector": "token_latency"}) == 1
+
+
 def sql_units() -> dict[tuple[str, str], str]:
     """Each figures column's unit, from its table's reference in docs/sql.md."""
     text = (DOCS / "sql.md").read_text()
