@@ -74,9 +74,9 @@ def test_a_retried_request_counts_once_across_two_writers_however_it_is_grouped(
         assert stored(first, "SELECT count() FROM spans") == len(REQUESTS)
         requests = Requests(WINDOW, ("e2e_ms",)).fetch(second.windows)
         assert requests.num_rows == len({r["trace_id"] for r in REQUESTS if WINDOW.start <= r["end_time"] < WINDOW.end})
-        # otel_traces is the exporter's MergeTree, deduplicated by insert: the whole retry by its token, and
-        # ClickHouse dropped the regrouped slice too (its blocks repeat stored ones).
-        assert stored(first, "SELECT count() FROM otel_traces") == len(REQUESTS)
+        # otel_traces is the exporter's MergeTree, deduplicated by insert token alone: the whole retry is dropped,
+        # the regrouped slice (its own token) is not.
+        assert stored(first, "SELECT count() FROM otel_traces") == len(REQUESTS) + 100
     finally:
         first.close()
         second.close()
@@ -101,6 +101,18 @@ def test_other_spans_of_the_same_traces_are_stored_and_a_whole_retry_is_stored_o
         assert stored(store, "SELECT count() FROM spans") == 100
         per_span = store.client.arrow("SELECT SpanId, count() AS n FROM otel_traces GROUP BY SpanId").to_pylist()
         assert sorted((r["SpanId"], r["n"]) for r in per_span) == [(r["span_id"], 1) for r in REQUESTS[:100]]
+    finally:
+        store.close()
+
+
+def test_two_batches_sliced_from_one_table_are_both_stored_not_taken_for_a_retry() -> None:
+    store = open_chdb("slices")
+    try:
+        table = spans()  # each slice shares the whole table's buffers: its token must hash its own spans alone
+        store_all(store, table.slice(0, 50))
+        store_all(store, table.slice(50, 50))
+        assert stored(store, "SELECT count() FROM spans") == 100
+        assert stored(store, "SELECT count() FROM otel_traces") == 100
     finally:
         store.close()
 

@@ -68,10 +68,10 @@ def _micros(column: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
 def token(spans: pa.Table) -> str:
     digest = hashlib.blake2b(digest_size=16)
     for column in ("trace_id", "span_id"):
-        for chunk in spans.column(column).chunks:
-            for buffer in chunk.buffers():
-                if buffer is not None:
-                    digest.update(buffer)
+        # A slice shares its parent's whole buffers; combined, they hold the values of its own spans alone.
+        for buffer in spans.column(column).combine_chunks().buffers():
+            if buffer is not None:
+                digest.update(buffer)
     return digest.hexdigest()
 
 
