@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from receivers import require_or_skip
 from serverproc import free_port
-from waiting import wait_until
+from waiting import HANG_GUARD, wait_until
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "otelcol"
 NO_GO = "no Go toolchain: the real OpenTelemetry Collector cannot be built (scripts/otelcol)"
@@ -74,7 +74,7 @@ def _build() -> Path | str:
         out, err = proc.communicate(timeout=BUILD_TIMEOUT)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        out, err = proc.communicate(timeout=HANG_GUARD)
         return f"scripts/otelcol had not finished after {BUILD_TIMEOUT:g} s:\n{tail(err)}"
     lines = out.strip().splitlines()
     if proc.returncode != 0 or not lines:

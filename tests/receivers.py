@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
@@ -54,6 +56,16 @@ def require_or_skip(missing: str, how_to_install: str) -> NoReturn:
         pytest.fail(f"{message} (in CI this is a failure, not a skip)", pytrace=False)
     pytest.skip(message)
 
+
+def import_or_skip(module: str, how_to_install: str) -> ModuleType:
+    """pytest.importorskip that fails in CI: a test library the suite relies on must be installed there."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        require_or_skip(f"the Python module {module} cannot be imported ({exc})", how_to_install)
+
+
+TEST_EXTRA = "scripts/setup test (installs the project's [test] extra into .venv)"
 
 NATIVE_INSTALL = "scripts/setup test, with cargo (Rust) on PATH: it builds native/ into .venv"
 

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from receivers import require_or_skip
+from waiting import HANG_GUARD
 
 
 @contextmanager
@@ -16,16 +17,19 @@ def tmpfs(mount: Path, size: str) -> Iterator[Path]:
     """`mount` (created) as a tmpfs of `size` (e.g. "24m") for the duration."""
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True, check=False
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+        timeout=HANG_GUARD,
     )
     if done.returncode != 0:
         require_or_skip(f"cannot mount a tmpfs (needs root): {done.stderr.decode().strip()}")
     try:
         yield mount
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=HANG_GUARD)
 
 
 def resize(mount: Path, size: str) -> None:
     """Grow (or shrink) a mounted tmpfs: space returning to a full disk."""
-    subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True, timeout=HANG_GUARD)

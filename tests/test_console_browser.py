@@ -22,14 +22,14 @@ from urllib.parse import urlparse
 import pytest
 from conftest import RunningService, service_settings
 from console_seed import EARLY_BEFORE, fault_end, seed
-from receivers import require_or_skip
+from receivers import TEST_EXTRA, import_or_skip, require_or_skip
 
 from detectors.registry import REGISTRY
 
 # Slow: a real headless Chromium per page; CI and `scripts/test --all` run it.
 pytestmark = pytest.mark.slow
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+playwright_api = import_or_skip("playwright.sync_api", TEST_EXTRA)
 
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "build" / "screenshots"
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}

@@ -12,6 +12,7 @@ import duckdb
 import polars as pl
 import pytest
 from detector_tables import assert_fits_migrated_table
+from waiting import HANG_GUARD
 
 from detectors.alerts import fingerprint
 from detectors.base import Severity, Window
@@ -67,7 +68,7 @@ class Fleet:
                 [series + tenant, tenant, round(bad_share * per_minute), minutes, per_minute, start],
             )
 
-        self.storage.writer.submit(insert).result()
+        self.storage.writer.submit(insert).result(HANG_GUARD)
 
     def evaluate(self, at: datetime) -> list[tuple[str, dict[str, str]]]:
         """One pass at `at`; the firing alerts after it, as (severity, labels)."""
@@ -227,7 +228,7 @@ def test_the_windows_read_the_stored_minutes_not_the_spans_and_a_replay_does_not
     # Spans gone (retention): the trailing windows still hold what the earlier evaluations counted.
     fleet.storage.writer.submit(
         lambda con: con.execute("DELETE FROM span_rows WHERE end_time < ?", [T0 + timedelta(hours=1)])
-    ).result()
+    ).result(HANG_GUARD)
     at = T0 + timedelta(minutes=125)
     fleet.evaluate(at)
     fleet.evaluate(at)  # a replay of the same window replaces its minutes

@@ -21,6 +21,7 @@ import pytest
 from builders import request, span
 from conftest import RunningService, service_settings
 from prometheus_client import CollectorRegistry
+from receivers import NATIVE_INSTALL, require_or_skip
 from serverproc import ServerProcess
 from waiting import HANG_GUARD, wait_until
 
@@ -211,7 +212,7 @@ def test_sigterm_acknowledges_or_retryably_refuses_every_request_stores_the_ackn
             server.send_sigterm()
             # Answers sent before the server noticed the signal prove nothing about the shutdown path.
             wait_until(lambda: "stopping: no new requests" in log.read_text(), "the server to log that it is stopping")
-            acked_before = {i for i, p in enumerate(pending) if p.done() and p.exception() is None}
+            acked_before = {i for i, p in enumerate(pending) if p.done() and p.exception(HANG_GUARD) is None}
             code = server.wait(timeout=120)
             errors = [answer(p) for p in pending]
 
@@ -302,7 +303,7 @@ def test_a_decoder_process_dying_mid_request_is_a_retryable_refusal_and_the_retr
         finally:
             os.kill(worker.pid, signal.SIGKILL)  # never leave a stopped worker behind: closing would wait for it
         wait_until(answer.done, "the request to be answered after its decoder process died")
-        error = answer.exception()
+        error = answer.exception(HANG_GUARD)
         assert isinstance(error, Unavailable), error
         assert error.message == "a decoder process died; retry"
         assert STATUS[error.refusal].retryable
@@ -310,7 +311,7 @@ def test_a_decoder_process_dying_mid_request_is_a_retryable_refusal_and_the_retr
         # The decoders were restarted: the client's retry goes through and is stored.
         retry = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
         wait_until(retry.done, "the retried request to be answered")
-        assert retry.result() == ExportResult(accepted=3, rejected=0, message="")
+        assert retry.result(HANG_GUARD) == ExportResult(accepted=3, rejected=0, message="")
     assert len(stored_span_ids(db)) == 3
 
 
@@ -326,12 +327,12 @@ def test_a_decoder_process_that_died_while_idle_is_replaced_and_the_next_request
         wait_until(lambda: pipeline._executor._broken, "the decoder pool to notice its worker died")  # type: ignore[attr-defined]
         first = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
         wait_until(first.done, "the first request after the death to be answered")
-        error = first.exception()
+        error = first.exception(HANG_GUARD)
         assert isinstance(error, Unavailable), error
         assert STATUS[error.refusal].retryable
         retry = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
         wait_until(retry.done, "the retried request to be answered")
-        assert retry.result() == ExportResult(accepted=3, rejected=0, message="")
+        assert retry.result(HANG_GUARD) == ExportResult(accepted=3, rejected=0, message="")
     assert len(stored_span_ids(db)) == 3
 
 
@@ -345,19 +346,20 @@ def test_a_decoder_process_holds_the_decoder_but_not_storage_polars_pandas_or_th
     assert not [m for m in held if m.split(".")[0] in ("polars", "storage", "tailwatch", "duckdb", "pandas")]
 
 
-@pytest.mark.skipif(not native_walk.AVAILABLE, reason="needs both decoders to tell them apart")
 def test_decoder_processes_decode_with_the_decoder_the_pipeline_was_given(tmp_path: Path) -> None:
+    if not native_walk.AVAILABLE:  # needs both decoders to tell them apart
+        require_or_skip("the compiled decoder (tailwatch_native) is not installed", NATIVE_INSTALL)
     # A resource_spans field sent as a varint: the reference skips it as upb does, the compiled decoder
     # refuses the request (docs/decoder.md, known differences). Which answer comes back says which ran.
     payload = request([span() for _ in range(3)]).SerializeToString() + b"\x08\x01"
     with pipeline_on(tmp_path / "python.duckdb", CollectorRegistry(), 1, Decoder.PYTHON) as pipeline:
         answer = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
         wait_until(answer.done, "the request to be answered")
-        assert answer.result() == ExportResult(accepted=3, rejected=0, message="")
+        assert answer.result(HANG_GUARD) == ExportResult(accepted=3, rejected=0, message="")
     with pipeline_on(tmp_path / "native.duckdb", CollectorRegistry(), 1, Decoder.NATIVE) as pipeline:
         answer = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
         wait_until(answer.done, "the request to be answered")
-        assert "invalid wire type" in str(answer.exception())
+        assert "invalid wire type" in str(answer.exception(HANG_GUARD))
 
 
 @pytest.mark.parametrize("signal_", [Signal.TRACES, Signal.LOGS])
@@ -370,7 +372,7 @@ def test_a_request_after_the_pipeline_closed_is_refused_as_retryable_and_counted
         pipeline.close(HANG_GUARD)
         answer = pipeline.submit(signal_, payload, Encoding.PROTOBUF, "http")
         assert answer.done()
-        error = answer.exception()
+        error = answer.exception(HANG_GUARD)
         assert isinstance(error, Unavailable), error
         assert error.message == "the service is shutting down"
         assert STATUS[error.refusal].retryable

@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
 from builders import T0, gauge, metrics_request, request, span
+from receivers import TEST_EXTRA, import_or_skip
 from targets import CORPUS, TARGETS, answer, items_sent
 
 from collector.reasons import Rejections
@@ -39,7 +40,7 @@ def test_every_corpus_input_is_answered_with_a_defined_status(target: str) -> No
 @under_mutation
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_a_short_fuzzing_run_finds_nothing(target: str, tmp_path: Path) -> None:
-    pytest.importorskip("atheris")
+    import_or_skip("atheris", TEST_EXTRA)
     done = subprocess.run(
         [sys.executable, str(FUZZ / "run.py"), target, f"-runs={SHORT_RUNS}", "-seed=1"],
         capture_output=True, text=True, timeout=600, check=False,
@@ -52,7 +53,7 @@ def test_a_short_fuzzing_run_finds_nothing(target: str, tmp_path: Path) -> None:
 def test_a_target_that_raises_is_reported_as_a_crash(tmp_path: Path) -> None:
     """The harness itself: an input the decoder cannot answer fails the run (planted through a broken inflate
     limit that makes every gzip body raise an undefined error)."""
-    pytest.importorskip("atheris")
+    import_or_skip("atheris", TEST_EXTRA)
     script = tmp_path / "broken.py"
     script.write_text(
         "import sys\n"

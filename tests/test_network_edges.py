@@ -124,7 +124,7 @@ def test_a_burst_of_grpc_calls_past_the_concurrency_limit_is_refused_as_retryabl
         with grpc.insecure_channel(svc.grpc_target) as ch:
             export = ch.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
             calls = [export.future(body, timeout=HANG_GUARD) for body in bodies]
-            refused = [call.exception() for call in calls if call.exception() is not None]
+            refused = [call.exception(HANG_GUARD) for call in calls if call.exception(HANG_GUARD) is not None]
         for error in refused:
             assert isinstance(error, grpc.Call)
             details = dict(error.trailing_metadata() or ()).get("grpc-status-details-bin")
@@ -165,7 +165,7 @@ def test_grpc_calls_that_never_half_close_are_answered_and_hold_no_slot(db_path:
 
         def never_ending() -> Iterator[bytes]:
             yield body
-            forever.wait()
+            forever.wait(HANG_GUARD)  # the stream stays open past the test's calls, not for ever
 
         try:
             with grpc.insecure_channel(svc.grpc_target) as ch:

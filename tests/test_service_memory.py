@@ -11,8 +11,8 @@ from pathlib import Path
 
 import duckdb
 import grpc
-import pytest
 from builders import request, span
+from receivers import TEST_EXTRA, import_or_skip
 from serverproc import ServerProcess
 
 from storage.duckdb import migrate
@@ -127,7 +127,7 @@ def test_pandas_kept_out_is_refused_with_a_sentence_and_pyarrow_goes_on_without_
 
 
 def test_keeping_pandas_out_after_it_was_imported_is_an_error_not_a_silent_no_op() -> None:
-    pytest.importorskip("pandas")
+    import_or_skip("pandas", TEST_EXTRA)  # chDB's dependency, so installed with it
     out = run_python(
         "import pandas\n"
         "from collector.lean_imports import keep_out\n"

@@ -17,6 +17,7 @@ from builders import request, span
 from conftest import RunningService, service_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from receivers import NATIVE_INSTALL, require_or_skip
 from waiting import HANG_GUARD, WriterHold
 
 from collector import native_walk
@@ -229,7 +230,7 @@ def test_vllms_inference_time_is_stored_as_its_prefill_plus_decode_and_read_back
     storage: DuckDBStorage, decoder: Decoder
 ) -> None:
     if decoder is Decoder.NATIVE and not native_walk.AVAILABLE:
-        pytest.skip("no compiled decoder here")
+        require_or_skip("the compiled decoder (tailwatch_native) is not installed", NATIVE_INSTALL)
     sums = [vllm_latencies(86_400.0 + i * 0.731, 0.004 * i, 0.171 + i / 7, 2.226 * i + 0.01) for i in range(8)]
     # Sent as something else (the prefill plus the whole decode of another clock): kept as sent.
     off = {**sums[0], INFERENCE: sums[0][INFERENCE] + 1e-9}

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 from builders import request, span
 from serverproc import ServerProcess
+from waiting import join
 
 from collector.thread_names import kernel_name, name_this_thread
 
@@ -38,7 +39,7 @@ def test_a_thread_that_names_itself_is_seen_under_that_name_by_the_kernel() -> N
 
     thread = threading.Thread(target=run, name="tailwatch-probe")
     thread.start()
-    thread.join()
+    join(thread, "the probe thread")
     assert seen == ["tw-probe"]
 
 
