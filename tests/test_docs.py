@@ -84,3 +84,38 @@ def test_the_engine_metric_names_page_lists_every_name_of_every_canonical_metric
         rows = [line for line in text.splitlines() if line.startswith(f"| `{canonical}` | {metric.kind.value} |")]
         assert len(rows) == 1, f"docs/engine-metrics.md needs one name-table row for {canonical}"
         assert all(f"`{name}`" in rows[0] for name in metric.names), canonical
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer gives a page's headings, GitHub's way: lower case, punctuation dropped,
+    spaces as hyphens, a repeated heading numbered. Headings inside code fences are not headings."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = re.match(r"#+\s+(.*)", line)
+        if fenced or heading is None:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_every_link_between_the_docs_reaches_a_page_and_a_heading_that_exist() -> None:
+    # A moved section breaks its anchors silently: the page still opens, at the top, and the reader
+    # is left to search a long page for the figure the link promised.
+    broken = []
+    for page in [DOCS.parent / "README.md", DOCS.parent / "CHANGELOG.md", *sorted(DOCS.glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path) if path else page
+            if not linked.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked.read_text()):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
