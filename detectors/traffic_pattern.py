@@ -42,13 +42,16 @@ import polars as pl
 from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import breaches, curve, format_duration, requests, scores
+from detectors.comparison import Comparison
+from detectors.frames import curve, format_duration, requests, scores
 
 KEY = "traffic_pattern"
 SUMMARY = "Labels every request burst, sustained or steady; alerts when bursts cost quality or latency."
 LABELS = ("pattern", "signal")
 LABELS_TABLE = "traffic_pattern_labels"
 PATTERN_ORDER = {"steady": 0, "sustained": 1, "burst": 2}
+# Bursts are judged against steady traffic; sustained traffic is a figure only.
+COMPARISON = Comparison("pattern", "steady", judged=("burst",))
 # No ids: a day is ten million requests, and the labels are stored per arrival second, not per request.
 REQUEST_COLUMNS = (
     "start_time", "end_time", "deployment", "e2e_ms", "tpot_ms", "queue_depth", "replica_count",
@@ -127,7 +130,9 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         .sort([pl.col("pattern").replace_strict(PATTERN_ORDER), pl.col("score_name")], nulls_last=True)
         .select(FIGURE_COLUMNS)
     )
-    conditions = _latency_conditions(patterns, config, window) + _score_conditions(figures, config, window)
+    latency, score = COMPARISON.judge(patterns, figures, config)
+    conditions = [_latency_condition(r, config, window) for r in latency]
+    conditions += [_score_condition(r, config, window) for r in score]
     return Detection(
         figures=figures,
         conditions=conditions,
@@ -225,32 +230,6 @@ def label(reqs: pl.DataFrame, config: Config, window: Window) -> tuple[pl.DataFr
     return labelled, seconds
 
 
-def _steady(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
-    return frame.filter(pl.col("pattern") == "steady").select(pl.col(c).alias(f"steady_{c}") for c in columns)
-
-
-def _latency_conditions(patterns: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
-    burst = patterns.filter(pl.col("pattern") == "burst")
-    paired = burst.join(_steady(patterns, "n", "latency_p99"), how="cross").with_columns(
-        ratio=pl.when(pl.col("steady_latency_p99") > 0).then(pl.col("latency_p99") / pl.col("steady_latency_p99"))
-    )
-    breached = paired.filter(
-        (pl.min_horizontal("n", "steady_n") >= config.min_samples) & breaches(pl.col("ratio"), config.latency_factor)
-    )
-    return [_latency_condition(row, config, window) for row in breached.iter_rows(named=True)]
-
-
-def _score_conditions(figures: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
-    burst = figures.filter(pl.col("pattern") == "burst")
-    steady = _steady(figures, "score_name", "n", "score_mean", "score_n")
-    paired = burst.join(steady, left_on="score_name", right_on="steady_score_name").with_columns(
-        drop=pl.col("steady_score_mean") - pl.col("score_mean")
-    )
-    enough = pl.min_horizontal("n", "steady_n", "score_n", "steady_score_n") >= config.min_samples
-    breached = paired.filter(enough & breaches(pl.col("drop"), config.score_drop)).sort("score_name")
-    return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]
-
-
 def _describe(config: Config) -> str:
     return f"burst traffic (a {config.neighbourhood_seconds} s peak above {config.burst_factor:g}x its mean)"
 
@@ -258,8 +237,8 @@ def _describe(config: Config) -> str:
 def _score_condition(row: dict[str, Any], config: Config, window: Window) -> Condition:
     name, drop = str(row["score_name"]), float(row["drop"])
     summary = (
-        f"{_describe(config)}: {name} mean {row['score_mean']:.2f} vs {row['steady_score_mean']:.2f} in steady "
-        f"traffic (−{drop:.2f}) over {window.label()}, n={row['score_n']} vs {row['steady_score_n']}; bursts are "
+        f"{_describe(config)}: {name} mean {row['score_mean']:.2f} vs {row['ref_score_mean']:.2f} in steady "
+        f"traffic (−{drop:.2f}) over {window.label()}, n={row['score_n']} vs {row['ref_score_n']}; bursts are "
         "costing quality: add headroom ahead of them or smooth admission at the gateway"
     )
     return Condition(
@@ -271,7 +250,7 @@ def _latency_condition(row: dict[str, Any], config: Config, window: Window) -> C
     ratio = float(row["ratio"])
     summary = (
         f"{_describe(config)}: e2e p99 {format_duration(row['latency_p99'])} is {ratio:.1f}x steady traffic's "
-        f"{format_duration(row['steady_latency_p99'])} over {window.label()}, n={row['n']} vs {row['steady_n']}; "
+        f"{format_duration(row['ref_latency_p99'])} over {window.label()}, n={row['n']} vs {row['ref_n']}; "
         "burst arrivals wait for capacity: add headroom ahead of them or smooth admission at the gateway"
     )
     return Condition(
