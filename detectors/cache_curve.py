@@ -30,12 +30,16 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import breaches, curve, format_duration, ids_as_strings, requests, scores
+from detectors.buckets import CACHE_HIGH, CACHE_LOW, Buckets, cache_hit
+from detectors.comparison import Comparison
+from detectors.frames import curve, format_duration, ids_as_strings, requests, scores
 
 KEY = "cache_curve"
 SUMMARY = "Latency and quality per KV-cache-hit-ratio bucket; alerts on a cliff below the high bucket."
 LABELS = ("bucket", "signal")
 REFERENCE = "high"
+# Every bucket below high is judged against it.
+COMPARISON = Comparison("bucket", REFERENCE)
 BUCKET_ORDER = {"high": 0, "medium": 1, "low": 2}
 REQUEST_COLUMNS = ("cache_hit_ratio", "e2e_ms", "tpot_ms")
 FIGURE_COLUMNS = [
@@ -54,10 +58,13 @@ FIGURE_COLUMNS = [
 
 class Config(DetectorConfig):
     high_threshold: float = Field(
-        0.85, ge=0, le=1, description="A cache hit ratio above this puts a request in the high (reference) bucket."
+        CACHE_HIGH,
+        ge=0,
+        le=1,
+        description="A cache hit ratio above this puts a request in the high (reference) bucket.",
     )
     low_threshold: float = Field(
-        0.55,
+        CACHE_LOW,
         ge=0,
         le=1,
         description="A cache hit ratio below this puts a request in the low bucket; from here to high_threshold "
@@ -81,6 +88,9 @@ class Config(DetectorConfig):
             raise ValueError("low_threshold must not be above high_threshold")
         return self
 
+    def buckets(self) -> Buckets:
+        return cache_hit(self.high_threshold, self.low_threshold)
+
 
 def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {"requests": requests(window, REQUEST_COLUMNS), "scores": scores(window)}
@@ -95,7 +105,7 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
             pl.col("cache_hit_ratio", "e2e_ms", "tpot_ms").cast(pl.Float64),
         )
         .filter(pl.col("cache_hit_ratio").is_not_null())
-        .with_columns(_bucket(config).alias("bucket"))
+        .with_columns(config.buckets().expr(pl.col("cache_hit_ratio")).alias("bucket"))
     )
     score_frame = frames["scores"].with_columns(
         *ids_as_strings(frames["scores"]), pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64)
@@ -109,46 +119,11 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         .sort([pl.col("bucket").replace_strict(BUCKET_ORDER), pl.col("score_name")], nulls_last=True)
         .select(FIGURE_COLUMNS)
     )
-    conditions = _latency_conditions(buckets, config, window) + _score_conditions(figures, config, window)
+    latency, score = COMPARISON.judge(buckets, figures, config)
+    conditions = [_latency_condition(r, config, window) for r in latency]
+    conditions += [_score_condition(r, config, window) for r in score]
     conditions.sort(key=lambda c: (BUCKET_ORDER[c.labels["bucket"]], c.labels["signal"]))
     return Detection(figures=figures, conditions=conditions)
-
-
-def _bucket(config: Config) -> pl.Expr:
-    ratio = pl.col("cache_hit_ratio")
-    return (
-        pl.when(ratio > config.high_threshold)
-        .then(pl.lit("high"))
-        .when(ratio < config.low_threshold)
-        .then(pl.lit("low"))
-        .otherwise(pl.lit("medium"))
-    )
-
-
-def _reference(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
-    return frame.filter(pl.col("bucket") == REFERENCE).select(pl.col(c).alias(f"ref_{c}") for c in columns)
-
-
-def _latency_conditions(buckets: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
-    others = buckets.filter(pl.col("bucket") != REFERENCE)
-    paired = others.join(_reference(buckets, "n", "latency_p99"), how="cross").with_columns(
-        ratio=pl.when(pl.col("ref_latency_p99") > 0).then(pl.col("latency_p99") / pl.col("ref_latency_p99"))
-    )
-    breached = paired.filter(
-        (pl.min_horizontal("n", "ref_n") >= config.min_samples) & breaches(pl.col("ratio"), config.latency_factor)
-    )
-    return [_latency_condition(row, config, window) for row in breached.iter_rows(named=True)]
-
-
-def _score_conditions(figures: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
-    others = figures.filter(pl.col("bucket") != REFERENCE)
-    reference = _reference(figures, "score_name", "n", "score_mean", "score_n")
-    paired = others.join(reference, left_on="score_name", right_on="ref_score_name").with_columns(
-        drop=pl.col("ref_score_mean") - pl.col("score_mean")
-    )
-    enough = pl.min_horizontal("n", "ref_n", "score_n", "ref_score_n") >= config.min_samples
-    breached = paired.filter(enough & breaches(pl.col("drop"), config.score_drop))
-    return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
 
 def _describe(bucket: str, config: Config) -> str:

@@ -19,7 +19,9 @@ symptom and signature.
 Every firing alert of replica_skew, tenant_fairness, quantization_delta, cache_curve, saturation or
 context_length that names a group is explained: by a cluster on the alert's symptom whose signature
 contains the group, or by a sentence saying that none passed the evidence test, with the numbers. The
-sentence is stored on the alert (`alerts.explanation`).
+sentence is stored on the alert (`alerts.explanation`). The cache, saturation and prompt-length bucket
+dimensions are those detectors' buckets with the edges they are configured with (detectors/buckets.py,
+`following`), so an alert's bucket label names the requests its detector put in that bucket.
 
 Alert labels (LABELS): none. It raises no alerts; its findings are the rows of its table.
 """
@@ -31,12 +33,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Any, Self, TypeVar
 
 import polars as pl
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
+from detectors import cache_curve, context_length, saturation
 from detectors.base import Detection, DetectorConfig, Read, Window
+from detectors.buckets import Buckets, per_replica_load
 from detectors.evidence import Evidence, bar
 from detectors.frames import ids_as_strings, request_key, scores
 from storage.ports import FiringAlerts, Requests
@@ -59,6 +63,11 @@ ALERT_LABELS = {
     "quantization": "quantization", "pattern": "traffic_pattern", "prompt_bucket": "prompt_bucket",
 }  # fmt: skip
 ALERT_BUCKETS = {"cache_curve": "cache_bucket", "saturation": "saturation_bucket"}
+# The dimensions that are another detector's buckets, by the value each buckets.
+BUCKETED = {
+    "cache_bucket": pl.col("cache_hit_ratio"), "saturation_bucket": per_replica_load(),
+    "prompt_bucket": pl.col("input_tokens"),
+}  # fmt: skip
 # The detectors whose firing alerts on a group every pass explains or says why it cannot.
 EXPLAINED = ("replica_skew", "tenant_fairness", "quantization_delta", "cache_curve", "saturation", "context_length")
 
@@ -111,6 +120,10 @@ class Config(DetectorConfig):
     extra_dimensions: tuple[str, ...] = Field(
         (), description="More llm_requests columns to split by (e.g. provider, operation)."
     )
+    # Not a setting: the buckets of cache_curve, saturation and context_length as they are configured, which
+    # the detection pass hands over (`following`), so an alert's `bucket=low` is matched against the requests
+    # its detector put in its low bucket. Until then, those detectors' default edges.
+    _buckets: dict[str, Buckets] = PrivateAttr(default_factory=lambda: detector_buckets({}))
 
     @field_validator("score_floors")
     @classmethod
@@ -122,6 +135,41 @@ class Config(DetectorConfig):
 
     def floor(self, score: str) -> float:
         return self.score_floors.get(score, self.score_floor)
+
+    def buckets(self) -> dict[str, Buckets]:
+        """The bucket dimensions' rules, by dimension (see BUCKETED)."""
+        return dict(self._buckets)
+
+    def with_buckets(self, buckets: Mapping[str, Buckets]) -> Self:
+        copy = self.model_copy()
+        copy._buckets = {**self._buckets, **buckets}
+        return copy
+
+
+def detector_buckets(configs: Mapping[str, DetectorConfig]) -> dict[str, Buckets]:
+    """The bucket dimensions' rules as `configs` set them; a detector missing from it has its defaults."""
+    return {
+        "cache_bucket": _configured(configs, cache_curve.KEY, cache_curve.Config).buckets(),
+        "saturation_bucket": _configured(configs, saturation.KEY, saturation.Config).buckets(),
+        "prompt_bucket": _configured(configs, context_length.KEY, context_length.Config).prompt_length(),
+    }
+
+
+def following(configs: Mapping[str, DetectorConfig]) -> dict[str, DetectorConfig]:
+    """`configs`, with clusters' own splitting requests by the buckets the other detectors are configured with."""
+    out = dict(configs)
+    own = out.get(KEY)
+    if isinstance(own, Config):
+        out[KEY] = own.with_buckets(detector_buckets(configs))
+    return out
+
+
+_C = TypeVar("_C", bound=DetectorConfig)
+
+
+def _configured(configs: Mapping[str, DetectorConfig], key: str, config: type[_C]) -> _C:
+    found = configs.get(key)
+    return found if isinstance(found, config) else config()
 
 
 def inputs(config: Config, window: Window) -> dict[str, Read]:
@@ -191,7 +239,7 @@ def with_symptoms(frames: dict[str, pl.DataFrame], config: Config) -> tuple[pl.D
     reqs = frames["requests"].with_columns(
         *ids_as_strings(frames["requests"]), pl.col("tpot_ms", "e2e_ms", "ttft_ms").cast(pl.Float64)
     )
-    reqs = _with_dimensions(reqs).with_columns(key)
+    reqs = _with_dimensions(reqs, config.buckets()).with_columns(key)
     symptoms = [
         Symptom("error", "errored"),
         Symptom("tpot_tail", "had a tpot above the window p99"),
@@ -233,22 +281,11 @@ def _above_p99(column: pl.Expr) -> pl.Expr:
     return (column > column.quantile(0.99, "linear")).fill_null(False)
 
 
-def _with_dimensions(reqs: pl.DataFrame) -> pl.DataFrame:
-    ratio = pl.col("cache_hit_ratio")
-    saturation = pl.col("queue_depth") / pl.when(pl.col("replica_count") > 0).then(pl.col("replica_count"))
-    prompt = pl.col("input_tokens")
+def _with_dimensions(reqs: pl.DataFrame, buckets: Mapping[str, Buckets]) -> pl.DataFrame:
     # Buckets as enums, a byte a request: over a day of requests, string columns for these were most of
     # the clustering step's memory.
     return reqs.with_columns(
-        cache_bucket=pl.when(ratio > 0.85).then(_lit("high", CACHE)).when(ratio >= 0.55).then(_lit("medium", CACHE))
-        .when(ratio.is_not_null()).then(_lit("low", CACHE)),
-        saturation_bucket=pl.when(saturation < 2).then(_lit("idle", SATURATION))
-        .when(saturation < 8).then(_lit("warm", SATURATION)).when(saturation < 16).then(_lit("saturating", SATURATION))
-        .when(saturation.is_not_null()).then(_lit("scaling", SATURATION)),
-        prompt_bucket=pl.when(prompt < 8192).then(_lit("0-8k", PROMPT))
-        .when(prompt < 32768).then(_lit("8k-32k", PROMPT))
-        .when(prompt < 65536).then(_lit("32k-64k", PROMPT))
-        .when(prompt.is_not_null()).then(_lit("64k+", PROMPT)),
+        *(rule.expr(BUCKETED[dim], rule.enum()).alias(dim) for dim, rule in buckets.items()),
         # token_latency's prefill_burst line: a batch with more prefill than this stalls its decodes.
         batch_prefill=pl.when(pl.col("prefill_tokens_in_batch") > 4000).then(_lit("4k+", PREFILL))
         .when(pl.col("prefill_tokens_in_batch").is_not_null()).then(_lit("<=4k", PREFILL)),
@@ -261,9 +298,6 @@ def _with_dimensions(reqs: pl.DataFrame) -> pl.DataFrame:
     )  # fmt: skip
 
 
-CACHE = pl.Enum(["high", "medium", "low"])
-SATURATION = pl.Enum(["idle", "warm", "saturating", "scaling"])
-PROMPT = pl.Enum(["0-8k", "8k-32k", "32k-64k", "64k+"])
 PREFILL = pl.Enum(["<=4k", "4k+"])
 KV = pl.Enum(["<80%", "80-95%", "95%+"])
 YES_NO = pl.Enum(["no", "yes"])

@@ -34,6 +34,7 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
+from detectors.buckets import OUTPUT_EDGES, PROMPT_EDGES, Buckets, output_length, prompt_length
 from detectors.frames import breaches, curve, ids_as_strings, requests, scores
 
 KEY = "context_length"
@@ -57,12 +58,12 @@ FIGURE_COLUMNS = [
 
 class Config(DetectorConfig):
     prompt_edges: tuple[int, ...] = Field(
-        (8192, 32768, 65536),
+        PROMPT_EDGES,
         min_length=1,
         description="input_tokens where each prompt-length bucket after the first begins, ascending.",
     )
     output_edges: tuple[int, ...] = Field(
-        (500, 2000),
+        OUTPUT_EDGES,
         min_length=1,
         description="output_tokens where each output-length bucket after the first begins, ascending.",
     )
@@ -82,17 +83,11 @@ class Config(DetectorConfig):
                 raise ValueError(f"{name} must be positive and strictly ascending")
         return self
 
+    def prompt_length(self) -> Buckets:
+        return prompt_length(self.prompt_edges)
 
-def prompt_buckets(edges: tuple[int, ...]) -> list[str]:
-    """Prompt bucket names, shortest first: '0-8k', '8k-32k', '32k-64k', '64k+' for the defaults."""
-    bounds = ["0", *(_tokens(e) for e in edges)]
-    return [f"{a}-{b}" for a, b in pairwise(bounds)] + [f"{bounds[-1]}+"]
-
-
-def output_buckets(edges: tuple[int, ...]) -> list[str]:
-    """Output bucket names, shortest first: '<500', '500-2000', '2000+' for the defaults."""
-    middle = [f"{a}-{b}" for a, b in pairwise(edges)]
-    return [f"<{edges[0]}", *middle, f"{edges[-1]}+"]
+    def output_length(self) -> Buckets:
+        return output_length(self.output_edges)
 
 
 def inputs(config: Config, window: Window) -> dict[str, Read]:
@@ -100,7 +95,7 @@ def inputs(config: Config, window: Window) -> dict[str, Read]:
 
 
 def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> Detection:
-    prompts, outputs = prompt_buckets(config.prompt_edges), output_buckets(config.output_edges)
+    prompts, outputs = config.prompt_length(), config.output_length()
     # Hand-built or empty frames may carry Null dtypes; the figures table needs the real ones.
     reqs = (
         frames["requests"]
@@ -113,8 +108,8 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         .with_columns(
             # One struct key so the shared one-column curve can group by the two buckets together.
             pl.struct(
-                _bucket("input_tokens", config.prompt_edges, prompts).alias("prompt_bucket"),
-                _bucket("output_tokens", config.output_edges, outputs).alias("output_bucket"),
+                prompts.expr(pl.col("input_tokens")).alias("prompt_bucket"),
+                outputs.expr(pl.col("output_tokens")).alias("output_bucket"),
             ).alias("cell")
         )
     )
@@ -130,8 +125,8 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         )
         .sort(
             [
-                pl.col("prompt_bucket").replace_strict({b: i for i, b in enumerate(prompts)}),
-                pl.col("output_bucket").replace_strict({b: i for i, b in enumerate(outputs)}),
+                pl.col("prompt_bucket").replace_strict({b: i for i, b in enumerate(prompts.names)}),
+                pl.col("output_bucket").replace_strict({b: i for i, b in enumerate(outputs.names)}),
                 pl.col("score_name"),
             ],
             nulls_last=True,
@@ -139,17 +134,6 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         .select(FIGURE_COLUMNS)
     )
     return Detection(figures=figures, conditions=_score_conditions(figures, config, window))
-
-
-def _tokens(edge: int) -> str:
-    return f"{edge // 1024}k" if edge % 1024 == 0 else str(edge)
-
-
-def _bucket(column: str, edges: tuple[int, ...], names: list[str]) -> pl.Expr:
-    bucket = pl.lit(names[0])
-    for edge, name in zip(edges, names[1:], strict=True):
-        bucket = pl.when(pl.col(column) >= edge).then(pl.lit(name)).otherwise(bucket)
-    return bucket
 
 
 def _score_conditions(figures: pl.DataFrame, config: Config, window: Window) -> list[Condition]:

@@ -34,6 +34,7 @@ from prometheus_client import Counter as MetricCounter
 
 from detectors.alerts import Alert, Evaluation, evaluate
 from detectors.base import DetectorConfig, Read, Window
+from detectors.clusters import following
 from detectors.figure_gauges import FigureGauges
 from detectors.registry import REGISTRY, get
 from storage.ports import DetectorStore, EvaluationRecord, FrameBudget, FrameTooLarge, RunRecord, WindowSource
@@ -138,7 +139,9 @@ class DetectionPass:
         self._source = source
         self._max_frame_bytes = max_frame_bytes
         self._store = store
-        self._configs = configs
+        # Clusters split requests by the buckets the other detectors are configured with, so an alert's bucket
+        # label names the requests its detector put there.
+        self._configs = following(configs)
         self._sink = sink
         self._metrics = metrics
         self._lock = threading.Lock()

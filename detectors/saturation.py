@@ -32,13 +32,17 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from detectors.base import Condition, Detection, DetectorConfig, Read, Window
-from detectors.frames import breaches, curve, format_duration, ids_as_strings, requests, scores
+from detectors.buckets import SATURATION_EDGES, Buckets, per_replica_load, queue_per_replica
+from detectors.comparison import Comparison
+from detectors.frames import curve, format_duration, ids_as_strings, requests, scores
 
 KEY = "saturation"
 SUMMARY = "Autoscaling lag: latency and quality by queue depth per replica, idle to scaling."
 LABELS = ("bucket", "signal")
 REFERENCE = "idle"
 BREACHING = "scaling"
+# Only scaling is judged against idle: warm and saturating are the shape of the curve on the way there.
+COMPARISON = Comparison("bucket", REFERENCE, judged=(BREACHING,))
 BUCKET_ORDER = {"idle": 0, "warm": 1, "saturating": 2, "scaling": 3}
 REQUEST_COLUMNS = ("e2e_ms", "tpot_ms", "queue_depth", "replica_count")
 FIGURE_COLUMNS = [
@@ -58,13 +62,17 @@ _ADVICE = "the autoscaler lags the load: lower target_ongoing_requests or pre-wa
 
 class Config(DetectorConfig):
     idle_below: float = Field(
-        2.0, gt=0, description="Queued requests per replica below this put a request in the idle (reference) bucket."
+        SATURATION_EDGES[0],
+        gt=0,
+        description="Queued requests per replica below this put a request in the idle (reference) bucket.",
     )
     warm_below: float = Field(
-        8.0, gt=0, description="From idle_below up to (not including) this many queued per replica is warm."
+        SATURATION_EDGES[1],
+        gt=0,
+        description="From idle_below up to (not including) this many queued per replica is warm.",
     )
     saturating_below: float = Field(
-        16.0,
+        SATURATION_EDGES[2],
         gt=0,
         description="From warm_below up to (not including) this many queued per replica is saturating; at or above "
         "it, scaling.",
@@ -87,6 +95,9 @@ class Config(DetectorConfig):
             raise ValueError("idle_below, warm_below and saturating_below must increase")
         return self
 
+    def buckets(self) -> Buckets:
+        return queue_per_replica((self.idle_below, self.warm_below, self.saturating_below))
+
 
 def inputs(config: Config, window: Window) -> dict[str, Read]:
     return {"requests": requests(window, REQUEST_COLUMNS), "scores": scores(window)}
@@ -101,10 +112,9 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
             pl.col("e2e_ms", "tpot_ms").cast(pl.Float64),
             pl.col("queue_depth", "replica_count").cast(pl.Int64),
         )
-        # Every request was served by some replica, so a count of 0 is a missing value, not an infinite load.
-        .filter(pl.col("queue_depth").is_not_null() & pl.col("replica_count").is_not_null())
-        .filter(pl.col("replica_count") > 0)
-        .with_columns(_bucket(config).alias("bucket"))
+        # A request without a load (a missing queue_depth or replica_count, or none counted) has no bucket.
+        .with_columns(config.buckets().expr(per_replica_load()).alias("bucket"))
+        .filter(pl.col("bucket").is_not_null())
     )
     score_frame = frames["scores"].with_columns(
         *ids_as_strings(frames["scores"]), pl.col("name").cast(pl.String), pl.col("score").cast(pl.Float64)
@@ -118,48 +128,11 @@ def detect(frames: dict[str, pl.DataFrame], config: Config, window: Window) -> D
         .sort([pl.col("bucket").replace_strict(BUCKET_ORDER), pl.col("score_name")], nulls_last=True)
         .select(FIGURE_COLUMNS)
     )
-    conditions = _latency_conditions(buckets, config, window) + _score_conditions(figures, config, window)
+    latency, score = COMPARISON.judge(buckets, figures, config)
+    conditions = [_latency_condition(r, config, window) for r in latency]
+    conditions += [_score_condition(r, config, window) for r in score]
     conditions.sort(key=lambda c: c.labels["signal"])
     return Detection(figures=figures, conditions=conditions)
-
-
-def _bucket(config: Config) -> pl.Expr:
-    load = pl.col("queue_depth") / pl.col("replica_count")
-    return (
-        pl.when(load < config.idle_below)
-        .then(pl.lit("idle"))
-        .when(load < config.warm_below)
-        .then(pl.lit("warm"))
-        .when(load < config.saturating_below)
-        .then(pl.lit("saturating"))
-        .otherwise(pl.lit("scaling"))
-    )
-
-
-def _reference(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
-    return frame.filter(pl.col("bucket") == REFERENCE).select(pl.col(c).alias(f"ref_{c}") for c in columns)
-
-
-def _latency_conditions(buckets: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
-    scaling = buckets.filter(pl.col("bucket") == BREACHING)
-    paired = scaling.join(_reference(buckets, "n", "latency_p99"), how="cross").with_columns(
-        ratio=pl.when(pl.col("ref_latency_p99") > 0).then(pl.col("latency_p99") / pl.col("ref_latency_p99"))
-    )
-    breached = paired.filter(
-        (pl.min_horizontal("n", "ref_n") >= config.min_samples) & breaches(pl.col("ratio"), config.latency_factor)
-    )
-    return [_latency_condition(row, config, window) for row in breached.iter_rows(named=True)]
-
-
-def _score_conditions(figures: pl.DataFrame, config: Config, window: Window) -> list[Condition]:
-    scaling = figures.filter(pl.col("bucket") == BREACHING)
-    reference = _reference(figures, "score_name", "n", "score_mean", "score_n")
-    paired = scaling.join(reference, left_on="score_name", right_on="ref_score_name").with_columns(
-        drop=pl.col("ref_score_mean") - pl.col("score_mean")
-    )
-    enough = pl.min_horizontal("n", "ref_n", "score_n", "ref_score_n") >= config.min_samples
-    breached = paired.filter(enough & breaches(pl.col("drop"), config.score_drop))
-    return [_score_condition(row, config, window) for row in breached.iter_rows(named=True)]
 
 
 def _describe(config: Config) -> str:

@@ -6,16 +6,26 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 import pytest
+from conftest import service_settings
+from request_frames import WINDOW
+from waiting import HANG_GUARD
 
-from detectors.base import Detection, Window
-from detectors.clusters import FIXES, Config, detect, find_clusters, suggested_fix
+from detectors import cache_curve, context_length, saturation
+from detectors.base import Detection, DetectorConfig, Window
+from detectors.clusters import FIXES, Config, detect, find_clusters, following, suggested_fix
+from detectors.detection import DetectionPass
+from storage.duckdb.backend import DuckDBStorage
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
+# A pass at PASS_AT evaluates the default five minutes that end 30 s (the settle) before it.
+PASS_AT = datetime(2026, 11, 20, 12, 0)
+PASS_WINDOW = Window(datetime(2026, 11, 20, 11, 54, 30), datetime(2026, 11, 20, 11, 59, 30))
 # A fault takes a healthy request and its json_adherence score and returns them, perhaps changed.
 Fault = Callable[[dict[str, Any], float, random.Random], tuple[dict[str, Any], float]]
 
@@ -229,6 +239,111 @@ def test_bad_requests_in_one_derived_bucket_are_the_top_cluster_under_that_bucke
     fault: Fault, signature: dict[str, str]
 ) -> None:
     assert signatures(detect(window(fault=fault), Config(), WINDOW))[:1] == [signature]
+
+
+def missed_cache(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+    """15% of requests hit 0.58 of the cache (medium by default, low under a 0.6 edge) and answer worse."""
+    if rng.random() < 0.15:
+        return {**row, "cache_hit_ratio": 0.58}, min(1.0, rng.gauss(0.7, 0.03))
+    return row, score
+
+
+@pytest.mark.parametrize(
+    ("fault", "detector", "configured", "default", "moved", "labels"),
+    [
+        (
+            missed_cache, "cache_curve", cache_curve.Config(low_threshold=0.6),
+            {"cache_bucket": "medium"}, {"cache_bucket": "low"}, {"bucket": "low"},
+        ),
+        (
+            queued, "saturation", saturation.Config(saturating_below=10),
+            {"saturation_bucket": "saturating"}, {"saturation_bucket": "scaling"}, {"bucket": "scaling"},
+        ),
+        (
+            long_context, "context_length", context_length.Config(prompt_edges=(8192, 32768, 131072)),
+            {"prompt_bucket": "64k+"}, {"prompt_bucket": "32k-128k"},
+            {"prompt_bucket": "32k-128k", "output_bucket": "<500"},
+        ),
+    ],
+    ids=["cache-low-edge", "saturation-scaling-edge", "prompt-edges"],
+)  # fmt: skip
+def test_a_bucket_dimension_follows_the_edges_its_detector_is_configured_with_and_explains_its_alert(
+    fault: Fault,
+    detector: str,
+    configured: DetectorConfig,
+    default: dict[str, str],
+    moved: dict[str, str],
+    labels: dict[str, str],
+) -> None:
+    """The same requests change bucket with the detector's edge, so the alert that detector raises on its
+    configured bucket names the requests the cluster holds."""
+    assert signatures(detect(window(fault=fault), Config(), WINDOW))[:1] == [default]
+
+    config = following({detector: configured, "clusters": Config()})["clusters"]
+    assert isinstance(config, Config)
+    frames = window(fault=fault)
+    frames["alerts"] = firing(detector, {**labels, "signal": "json_adherence"})
+    out = detect(frames, config, WINDOW)
+    assert signatures(out)[:1] == [moved]
+    top = out.figures.row(0, named=True)
+    assert out.explanations == {
+        "a1": f"explained by cluster {top['cluster_id']} on score:json_adherence: {top['summary']}"
+    }
+
+
+def plant_cache_misses(storage: DuckDBStorage) -> None:
+    """400 requests in the pass's window: every fifth hits 0.58 of the cache and scores json_adherence 0.5,
+    the rest hit 0.9 and score 0.9; equal latency everywhere."""
+
+    def insert(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute(
+            """
+            INSERT INTO span_rows (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
+                                   is_llm, llm_role, e2e_ms, cache_hit_ratio, ingested_at)
+            SELECT 't' || i, 's', 'llm_request', 'SERVER', e - INTERVAL 1 SECOND, e, 1000, 'OK', true, 'server',
+                   1000.0, CASE WHEN i % 5 = 0 THEN 0.58 ELSE 0.9 END, e
+            FROM range(400) AS r(i), LATERAL (SELECT ?::TIMESTAMP + to_milliseconds(i * 500) AS e)
+            """,
+            [PASS_WINDOW.start + timedelta(seconds=10)],
+        )
+        con.execute(
+            """
+            INSERT INTO span_scores (trace_id, span_id, name, score, source, observed_at, ingested_at)
+            SELECT trace_id, span_id, 'json_adherence', CASE WHEN cache_hit_ratio < 0.6 THEN 0.5 ELSE 0.9 END,
+                   'evaluator', end_time, end_time
+            FROM span_rows
+            """
+        )
+
+    storage.writer.submit(insert).result(HANG_GUARD)
+
+
+def test_through_the_pass_a_cache_curve_alert_on_its_configured_low_edge_is_explained_by_that_buckets_cluster(
+    db_path: Path,
+) -> None:
+    """cache_curve.low_threshold 0.6 makes a 0.58 hit ratio low: cache_curve fires bucket=low, and the pass
+    gives clusters the same edge, so the cluster it finds is cache_bucket=low and explains the alert."""
+    settings = service_settings(db_path, detectors={"cache_curve": {"low_threshold": 0.6}})
+    storage = DuckDBStorage.open(db_path)
+    try:
+        plant_cache_misses(storage)
+        detection = DetectionPass(storage.windows, storage.detector_store, settings.detector_configs())
+        results = detection.run(PASS_AT, only=["cache_curve", "clusters"])
+        assert [(r.detector, r.outcome, r.window) for r in results] == [
+            ("cache_curve", "ok", PASS_WINDOW),
+            ("clusters", "ok", PASS_WINDOW),
+        ]
+        [(labels, explanation)] = storage.reader.rows(
+            "SELECT labels, explanation FROM alerts WHERE detector = 'cache_curve'"
+        )
+        assert json.loads(labels) == {"bucket": "low", "signal": "json_adherence"}
+        [(cluster_id, signature, size, summary)] = storage.reader.rows(
+            "SELECT cluster_id, signature, size, summary FROM clusters"
+        )
+        assert (json.loads(signature), size) == ({"cache_bucket": "low"}, 80)
+        assert explanation == f"explained by cluster {cluster_id} on score:json_adherence: {summary}"
+    finally:
+        storage.close()
 
 
 def test_clusters_that_explain_as_many_bad_requests_are_ranked_by_signature() -> None:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 import pydantic
 import pytest
 from detector_tables import assert_fits_migrated_table
+from request_frames import SCORE_SCHEMA, WINDOW, alternating_scores, detector_frames, spread
 
-from detectors.base import Detection, Window
-from detectors.context_length import LABELS, Config, detect, inputs, output_buckets, prompt_buckets
+from detectors.base import Detection
+from detectors.buckets import output_buckets, prompt_buckets
+from detectors.context_length import LABELS, Config, detect, inputs
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
     "trace_id": pl.String,
     "span_id": pl.String,
@@ -22,15 +22,9 @@ REQUEST_SCHEMA = {
     "e2e_ms": pl.Float64,
     "tpot_ms": pl.Float64,
 }
-SCORE_SCHEMA = {"trace_id": pl.String, "span_id": pl.String, "name": pl.String, "score": pl.Float64}
 # A representative token count inside each default bucket.
 PROMPT = {"0-8k": 2000, "8k-32k": 16000, "32k-64k": 48000, "64k+": 100000}
 OUTPUT = {"<500": 200, "500-2000": 1000, "2000+": 3000}
-
-
-def spread(low: float, high: float, n: int) -> list[float]:
-    """n values evenly from low to high: a deterministic stand-in for a latency distribution."""
-    return [low + (high - low) * i / (n - 1) for i in range(n)] if n > 1 else [low]
 
 
 def cell(prompt: str, output: str, n: int) -> pl.DataFrame:
@@ -47,27 +41,10 @@ def cell(prompt: str, output: str, n: int) -> pl.DataFrame:
     )
 
 
-def scored(requests: pl.DataFrame, name: str, mean: float) -> pl.DataFrame:
-    """Scores alternating 0.02 either side of `mean`: over an even count, exactly that mean."""
-    return pl.DataFrame(
-        {
-            "trace_id": requests["trace_id"],
-            "span_id": requests["span_id"],
-            "name": [name] * requests.height,
-            "score": [mean + (0.02 if i % 2 else -0.02) for i in range(requests.height)],
-        },
-        schema=SCORE_SCHEMA,
-    )
-
-
 def run(
     requests: list[pl.DataFrame], scores: list[pl.DataFrame] | None = None, config: Config | None = None
 ) -> Detection:
-    frames = {
-        "requests": pl.concat(requests) if requests else pl.DataFrame(schema=REQUEST_SCHEMA),
-        "scores": pl.concat(scores) if scores else pl.DataFrame(schema=SCORE_SCHEMA),
-    }
-    return detect(frames, config or Config(), WINDOW)
+    return detect(detector_frames(requests, scores, REQUEST_SCHEMA), config or Config(), WINDOW)
 
 
 def cells(out: Detection) -> dict[tuple[str, str], int]:
@@ -78,7 +55,9 @@ def groundedness_by_length() -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """groundedness 0.90 for short prompts, 0.86 at 8k-32k, 0.82 (−0.08) at 32k-64k, 0.76 (−0.14) at 64k+."""
     means = {("0-8k", "<500"): 0.90, ("8k-32k", "<500"): 0.86, ("32k-64k", "<500"): 0.82, ("64k+", "<500"): 0.76}
     requests = [cell(p, o, 100 if p == "0-8k" else 60) for p, o in means]
-    return requests, [scored(frame, "groundedness", mean) for frame, mean in zip(requests, means.values(), strict=True)]
+    return requests, [
+        alternating_scores(frame, "groundedness", mean) for frame, mean in zip(requests, means.values(), strict=True)
+    ]
 
 
 def test_a_long_prompt_cell_fourteen_points_below_the_best_fires_for_that_cell_only() -> None:
@@ -112,13 +91,17 @@ def test_an_eight_point_drop_stays_below_the_threshold_until_the_threshold_is_lo
 
 def test_a_drop_of_exactly_the_threshold_fires() -> None:
     short, long = cell("0-8k", "<500", 100), cell("64k+", "<500", 100)
-    out = run([short, long], [scored(short, "groundedness", 0.90), scored(long, "groundedness", 0.80)])
+    out = run(
+        [short, long], [alternating_scores(short, "groundedness", 0.90), alternating_scores(long, "groundedness", 0.80)]
+    )
     assert [c.labels["prompt_bucket"] for c in out.conditions] == ["64k+"]
 
 
 def test_an_output_length_cliff_at_the_best_cells_prompt_length_points_at_the_outputs() -> None:
     short, long = cell("0-8k", "<500", 100), cell("0-8k", "2000+", 40)
-    out = run([short, long], [scored(short, "helpfulness", 0.80), scored(long, "helpfulness", 0.60)])
+    out = run(
+        [short, long], [alternating_scores(short, "helpfulness", 0.80), alternating_scores(long, "helpfulness", 0.60)]
+    )
     [condition] = out.conditions
     assert condition.labels == {"prompt_bucket": "0-8k", "output_bucket": "2000+", "signal": "helpfulness"}
     assert condition.summary.endswith(
@@ -184,7 +167,10 @@ def test_a_clean_window_fires_nothing() -> None:
         frame = cell(prompt, output, 40)
         requests.append(frame)
         # Within 0.06 of each other everywhere, in both scores.
-        scores += [scored(frame, "groundedness", 0.84 + 0.005 * i), scored(frame, "json_adherence", 0.95 - 0.005 * i)]
+        scores += [
+            alternating_scores(frame, "groundedness", 0.84 + 0.005 * i),
+            alternating_scores(frame, "json_adherence", 0.95 - 0.005 * i),
+        ]
     out = run(requests, scores)
     assert out.conditions == []
     assert out.figures.height == 24
@@ -192,31 +178,31 @@ def test_a_clean_window_fires_nothing() -> None:
 
 def test_min_samples_gates_both_the_judged_cell_and_the_best_cell() -> None:
     short = cell("0-8k", "<500", 100)
-    short_scores = scored(short, "groundedness", 0.90)
+    short_scores = alternating_scores(short, "groundedness", 0.90)
     for n, fires in [(29, False), (30, True)]:
         long = cell("64k+", "<500", n)
-        out = run([short, long], [short_scores, scored(long, "groundedness", 0.50)])
+        out = run([short, long], [short_scores, alternating_scores(long, "groundedness", 0.50)])
         assert bool(out.conditions) is fires, n
 
     # A handful of perfect scores does not become the best cell that everything else is measured against.
     lucky = cell("8k-32k", "500-2000", 10)
-    out = run([short, lucky], [short_scores, scored(lucky, "groundedness", 0.98)])
+    out = run([short, lucky], [short_scores, alternating_scores(lucky, "groundedness", 0.98)])
     assert out.conditions == []
 
     # Enough requests but a handful of scores: no mean to judge by.
     long = cell("64k+", "<500", 100)
-    assert run([short, long], [short_scores, scored(long.head(10), "groundedness", 0.3)]).conditions == []
+    assert run([short, long], [short_scores, alternating_scores(long.head(10), "groundedness", 0.3)]).conditions == []
 
 
 def test_figures_are_long_with_one_bare_row_for_an_unscored_cell() -> None:
     short, mid, bare = cell("0-8k", "<500", 100), cell("8k-32k", "500-2000", 80), cell("64k+", "2000+", 30)
     long_output = cell("0-8k", "2000+", 30)
     scores = [
-        scored(long_output, "coherence", 0.8),
-        scored(short, "json_adherence", 0.9),
-        scored(short, "helpfulness", 0.7),
-        scored(mid, "json_adherence", 0.9),
-        scored(mid.head(40), "helpfulness", 0.7),
+        alternating_scores(long_output, "coherence", 0.8),
+        alternating_scores(short, "json_adherence", 0.9),
+        alternating_scores(short, "helpfulness", 0.7),
+        alternating_scores(mid, "json_adherence", 0.9),
+        alternating_scores(mid.head(40), "helpfulness", 0.7),
     ]
     out = run([bare, mid, long_output, short], scores)
     assert out.conditions == []
@@ -245,7 +231,7 @@ def test_empty_frames_give_no_conditions_and_typed_empty_figures() -> None:
 
     # One cell only: it is its own best, nothing to fire.
     short = cell("0-8k", "<500", 100)
-    assert run([short], [scored(short, "groundedness", 0.2)]).conditions == []
+    assert run([short], [alternating_scores(short, "groundedness", 0.2)]).conditions == []
 
 
 def test_figures_match_the_migrated_table_and_inputs_match_the_hand_built_frames(tmp_path: Path) -> None:
