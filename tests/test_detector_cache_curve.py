@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import random
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 import pydantic
 import pytest
 from detector_tables import assert_fits_migrated_table
+from request_frames import SCORE_SCHEMA, WINDOW, detector_frames, noisy_scores, spread
 
-from detectors.base import Detection, Window
+from detectors.base import Detection
 from detectors.cache_curve import LABELS, Config, detect, inputs
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
     "trace_id": pl.String,
     "span_id": pl.String,
@@ -22,13 +20,7 @@ REQUEST_SCHEMA = {
     "e2e_ms": pl.Float64,
     "tpot_ms": pl.Float64,
 }
-SCORE_SCHEMA = {"trace_id": pl.String, "span_id": pl.String, "name": pl.String, "score": pl.Float64}
 RATIOS = {"high": 0.95, "medium": 0.70, "low": 0.30}
-
-
-def spread(low: float, high: float, n: int) -> list[float]:
-    """n values evenly from low to high: a deterministic stand-in for a latency distribution."""
-    return [low + (high - low) * i / (n - 1) for i in range(n)] if n > 1 else [low]
 
 
 def bucket(name: str, n: int, e2e: list[float] | None = None, ratio: float | None = None) -> pl.DataFrame:
@@ -44,36 +36,19 @@ def bucket(name: str, n: int, e2e: list[float] | None = None, ratio: float | Non
     )
 
 
-def scored(requests: pl.DataFrame, name: str, mean: float, seed: int = 7, noise: float = 0.02) -> pl.DataFrame:
-    rng = random.Random(seed)
-    return pl.DataFrame(
-        {
-            "trace_id": requests["trace_id"],
-            "span_id": requests["span_id"],
-            "name": [name] * requests.height,
-            "score": [min(1.0, max(0.0, rng.gauss(mean, noise))) for _ in range(requests.height)],
-        },
-        schema=SCORE_SCHEMA,
-    )
-
-
 def run(
     requests: list[pl.DataFrame], scores: list[pl.DataFrame] | None = None, config: Config | None = None
 ) -> Detection:
-    frames = {
-        "requests": pl.concat(requests) if requests else pl.DataFrame(schema=REQUEST_SCHEMA),
-        "scores": pl.concat(scores) if scores else pl.DataFrame(schema=SCORE_SCHEMA),
-    }
-    return detect(frames, config or Config(), WINDOW)
+    return detect(detector_frames(requests, scores, REQUEST_SCHEMA), config or Config(), WINDOW)
 
 
 def reference() -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """Scores at 0.88 / 0.81 / 0.68 in the high / medium / low buckets, equal latency everywhere."""
     high, medium, low = bucket("high", 980), bucket("medium", 600), bucket("low", 412)
     scores = [
-        scored(high, "json_adherence", 0.88, seed=1),
-        scored(medium, "json_adherence", 0.81, seed=2),
-        scored(low, "json_adherence", 0.68, seed=3),
+        noisy_scores(high, "json_adherence", 0.88, seed=1),
+        noisy_scores(medium, "json_adherence", 0.81, seed=2),
+        noisy_scores(low, "json_adherence", 0.68, seed=3),
     ]
     return [high, medium, low], scores
 
@@ -112,13 +87,13 @@ def test_a_smaller_score_drop_threshold_also_catches_the_medium_bucket() -> None
 def test_a_score_drop_of_exactly_the_threshold_fires_and_a_smaller_one_does_not() -> None:
     # 0.90 - 0.80 comes out a hair under 0.10 in floating point; the summary shows 0.10, so it must fire.
     high, low = bucket("high", 100), bucket("low", 100)
-    high_scores = scored(high, "json_adherence", 0.90, noise=0)
-    exact = run([high, low], [high_scores, scored(low, "json_adherence", 0.80, noise=0)])
+    high_scores = noisy_scores(high, "json_adherence", 0.90, noise=0)
+    exact = run([high, low], [high_scores, noisy_scores(low, "json_adherence", 0.80, noise=0)])
     [condition] = exact.conditions
     assert condition.labels == {"bucket": "low", "signal": "json_adherence"}
     assert condition.value < 0.10
     assert f"(−{condition.value:.2f})" in condition.summary and "(−0.10)" in condition.summary
-    assert run([high, low], [high_scores, scored(low, "json_adherence", 0.81, noise=0)]).conditions == []
+    assert run([high, low], [high_scores, noisy_scores(low, "json_adherence", 0.81, noise=0)]).conditions == []
 
 
 def test_bucket_edges_are_inclusive_for_medium_and_null_ratios_are_left_out() -> None:
@@ -167,30 +142,32 @@ def test_latency_p99_at_or_above_twice_the_high_bucket_fires_and_just_below_does
 
 def test_a_bucket_or_a_reference_below_min_samples_stays_silent() -> None:
     high = bucket("high", 200)
-    high_scores = scored(high, "json_adherence", 0.9)
+    high_scores = noisy_scores(high, "json_adherence", 0.9)
     for n, fires in [(29, False), (30, True)]:
         low = bucket("low", n, e2e=[5000.0] * n)
-        out = run([high, low], [high_scores, scored(low, "json_adherence", 0.5)])
+        out = run([high, low], [high_scores, noisy_scores(low, "json_adherence", 0.5)])
         assert bool(out.conditions) is fires, n
         assert {c.labels["signal"] for c in out.conditions} == ({"json_adherence", "latency_p99"} if fires else set())
 
     thin_high = bucket("high", 29)
     low = bucket("low", 200, e2e=[5000.0] * 200)
-    out = run([thin_high, low], [scored(thin_high, "json_adherence", 0.9), scored(low, "json_adherence", 0.5)])
+    out = run(
+        [thin_high, low], [noisy_scores(thin_high, "json_adherence", 0.9), noisy_scores(low, "json_adherence", 0.5)]
+    )
     assert out.conditions == []
 
     # Enough requests but a handful of scores: no mean to judge by.
     low = bucket("low", 200)
-    assert run([high, low], [high_scores, scored(low.head(10), "json_adherence", 0.3)]).conditions == []
+    assert run([high, low], [high_scores, noisy_scores(low.head(10), "json_adherence", 0.3)]).conditions == []
 
 
 def test_a_high_bucket_below_min_samples_requests_stays_silent_however_many_scores_it_has() -> None:
     """Scores of a name can outnumber requests (a request scored twice): the request floor still holds."""
     low = bucket("low", 200)
-    low_scores = scored(low, "json_adherence", 0.5)
+    low_scores = noisy_scores(low, "json_adherence", 0.5)
     for n, fires in [(29, False), (30, True)]:
         high = bucket("high", n)
-        twice = [scored(high, "json_adherence", 0.9, seed=1), scored(high, "json_adherence", 0.9, seed=2)]
+        twice = [noisy_scores(high, "json_adherence", 0.9, seed=1), noisy_scores(high, "json_adherence", 0.9, seed=2)]
         out = run([high, low], [*twice, low_scores])
         assert out.figures.filter(pl.col("bucket") == "high").select("n", "score_n").row(0) == (n, 2 * n)
         assert [c.labels for c in out.conditions] == ([{"bucket": "low", "signal": "json_adherence"}] if fires else [])
@@ -199,7 +176,10 @@ def test_a_high_bucket_below_min_samples_requests_stays_silent_however_many_scor
 def test_a_score_drop_of_exactly_score_drop_fires_and_a_larger_threshold_stays_silent() -> None:
     """'At least score_drop below': 0.75 and 0.50 are exact in binary, so the drop is exactly 0.25."""
     high, low = bucket("high", 100), bucket("low", 100)
-    scores = [scored(high, "json_adherence", 0.75, noise=0.0), scored(low, "json_adherence", 0.5, noise=0.0)]
+    scores = [
+        noisy_scores(high, "json_adherence", 0.75, noise=0.0),
+        noisy_scores(low, "json_adherence", 0.5, noise=0.0),
+    ]
     assert run([high, low], scores, config=Config(score_drop=0.26)).conditions == []
     [condition] = run([high, low], scores, config=Config(score_drop=0.25)).conditions
     assert (condition.labels, condition.value) == ({"bucket": "low", "signal": "json_adherence"}, 0.25)
@@ -208,10 +188,10 @@ def test_a_score_drop_of_exactly_score_drop_fires_and_a_larger_threshold_stays_s
 def test_figures_are_long_with_one_bare_row_for_an_unscored_bucket() -> None:
     high, medium, low = bucket("high", 100), bucket("medium", 80), bucket("low", 60)
     scores = [
-        scored(high, "json_adherence", 0.9),
-        scored(high, "helpfulness", 0.7),
-        scored(medium, "json_adherence", 0.9),
-        scored(medium.head(40), "helpfulness", 0.7),
+        noisy_scores(high, "json_adherence", 0.9),
+        noisy_scores(high, "helpfulness", 0.7),
+        noisy_scores(medium, "json_adherence", 0.9),
+        noisy_scores(medium.head(40), "helpfulness", 0.7),
     ]
     out = run([high, medium, low], scores)
     assert out.conditions == []

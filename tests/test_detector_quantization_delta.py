@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
 from detector_tables import assert_fits_migrated_table
+from request_frames import SCORE_SCHEMA, WINDOW, alternating_scores, detector_frames, spread
 
-from detectors.base import Detection, Window
+from detectors.base import Detection
 from detectors.quantization_delta import LABELS, Config, detect, inputs, precision
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
     "trace_id": pl.String,
     "span_id": pl.String,
@@ -20,13 +19,7 @@ REQUEST_SCHEMA = {
     "quantization": pl.String,
     "e2e_ms": pl.Float64,
 }
-SCORE_SCHEMA = {"trace_id": pl.String, "span_id": pl.String, "name": pl.String, "score": pl.Float64}
 LLAMA = "llama-3.1-8b"
-
-
-def spread(low: float, high: float, n: int) -> list[float]:
-    """n values evenly from low to high: a deterministic stand-in for a latency distribution."""
-    return [low + (high - low) * i / (n - 1) for i in range(n)] if n > 1 else [low]
 
 
 def variant(
@@ -45,27 +38,10 @@ def variant(
     )
 
 
-def scored(requests: pl.DataFrame, name: str, mean: float) -> pl.DataFrame:
-    """Scores alternating 0.02 either side of `mean`: over an even count, exactly that mean."""
-    return pl.DataFrame(
-        {
-            "trace_id": requests["trace_id"],
-            "span_id": requests["span_id"],
-            "name": [name] * requests.height,
-            "score": [mean + (0.02 if i % 2 else -0.02) for i in range(requests.height)],
-        },
-        schema=SCORE_SCHEMA,
-    )
-
-
 def run(
     requests: list[pl.DataFrame], scores: list[pl.DataFrame] | None = None, config: Config | None = None
 ) -> Detection:
-    frames = {
-        "requests": pl.concat(requests) if requests else pl.DataFrame(schema=REQUEST_SCHEMA),
-        "scores": pl.concat(scores) if scores else pl.DataFrame(schema=SCORE_SCHEMA),
-    }
-    return detect(frames, config or Config(), WINDOW)
+    return detect(detector_frames(requests, scores, REQUEST_SCHEMA), config or Config(), WINDOW)
 
 
 def rows(out: Detection, *columns: str) -> list[tuple[object, ...]]:
@@ -76,9 +52,9 @@ def three_variants() -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """fp16 / fp8 / int4 of one model: tool_call_correctness 0.90 / 0.89 / 0.80, equal latency."""
     fp16, fp8, int4 = variant("fp16", 200), variant("fp8", 160), variant("int4", 120)
     scores = [
-        scored(fp16, "tool_call_correctness", 0.90),
-        scored(fp8, "tool_call_correctness", 0.89),
-        scored(int4, "tool_call_correctness", 0.80),
+        alternating_scores(fp16, "tool_call_correctness", 0.90),
+        alternating_scores(fp8, "tool_call_correctness", 0.89),
+        alternating_scores(int4, "tool_call_correctness", 0.80),
     ]
     return [int4, fp8, fp16], scores
 
@@ -111,17 +87,17 @@ def test_an_int4_variant_losing_a_tenth_on_tool_calls_fires_for_that_variant_onl
 def test_a_003_loss_fires_on_a_structured_score_but_not_on_groundedness() -> None:
     fp16, int8 = variant("fp16", 100), variant("int8", 100)
     scores = [
-        scored(fp16, "json_adherence", 0.95),
-        scored(int8, "json_adherence", 0.92),
-        scored(fp16, "groundedness", 0.90),
-        scored(int8, "groundedness", 0.87),
+        alternating_scores(fp16, "json_adherence", 0.95),
+        alternating_scores(int8, "json_adherence", 0.92),
+        alternating_scores(fp16, "groundedness", 0.90),
+        alternating_scores(int8, "groundedness", 0.87),
     ]
     out = run([fp16, int8], scores)
     assert [(c.labels["signal"], c.threshold) for c in out.conditions] == [("json_adherence", 0.02)]
     assert out.conditions[0].value == pytest.approx(0.03)
 
     # Past any_drop an unstructured score fires too, with its own advice.
-    scores[-1] = scored(int8, "groundedness", 0.84)
+    scores[-1] = alternating_scores(int8, "groundedness", 0.84)
     out = run([fp16, int8], scores)
     assert [(c.labels["signal"], c.threshold) for c in out.conditions] == [
         ("groundedness", 0.05),
@@ -133,7 +109,7 @@ def test_a_003_loss_fires_on_a_structured_score_but_not_on_groundedness() -> Non
     )
 
     # Which scores count as structured is configuration.
-    scores[-1] = scored(int8, "groundedness", 0.87)
+    scores[-1] = alternating_scores(int8, "groundedness", 0.87)
     out = run([fp16, int8], scores, Config(structured_scores=("groundedness",)))
     assert [c.labels["signal"] for c in out.conditions] == ["groundedness"]
 
@@ -148,8 +124,8 @@ def test_a_003_loss_fires_on_a_structured_score_but_not_on_groundedness() -> Non
 def test_a_drop_of_exactly_the_threshold_fires() -> None:
     fp16, int4 = variant("fp16", 100), variant("int4", 100)
     # Computed, both pairs of means sit a hair under their threshold apart (0.0499999..., 0.0199999...).
-    scores = [scored(fp16, "helpfulness", 0.85), scored(int4, "helpfulness", 0.80)]
-    scores += [scored(fp16, "json_adherence", 0.95), scored(int4, "json_adherence", 0.93)]
+    scores = [alternating_scores(fp16, "helpfulness", 0.85), alternating_scores(int4, "helpfulness", 0.80)]
+    scores += [alternating_scores(fp16, "json_adherence", 0.95), alternating_scores(int4, "json_adherence", 0.93)]
     out = run([fp16, int4], scores)
     assert [(c.labels["signal"], c.threshold) for c in out.conditions] == [
         ("helpfulness", 0.05),
@@ -251,8 +227,8 @@ def test_a_clean_window_fires_nothing() -> None:
             frame = variant(quantization, 100, e2e=spread(600 - 100 * i, 1000 - 100 * i, 100), model=model)
             requests.append(frame)
             scores += [
-                scored(frame, "json_adherence", 0.95 - 0.005 * i),
-                scored(frame, "groundedness", 0.88 + 0.01 * i),
+                alternating_scores(frame, "json_adherence", 0.95 - 0.005 * i),
+                alternating_scores(frame, "groundedness", 0.88 + 0.01 * i),
             ]
     out = run(requests, scores)
     assert out.conditions == []
@@ -261,37 +237,43 @@ def test_a_clean_window_fires_nothing() -> None:
 
 def test_min_samples_gates_the_variant_the_baseline_and_the_scores() -> None:
     fp16 = variant("fp16", 100, e2e=[1000.0] * 100)
-    fp16_scores = scored(fp16, "json_adherence", 0.95)
+    fp16_scores = alternating_scores(fp16, "json_adherence", 0.95)
     for n, fires in [(29, False), (30, True)]:
         int4 = variant("int4", n, e2e=[5000.0] * n)
-        out = run([fp16, int4], [fp16_scores, scored(int4, "json_adherence", 0.50)])
+        out = run([fp16, int4], [fp16_scores, alternating_scores(int4, "json_adherence", 0.50)])
         assert {c.labels["signal"] for c in out.conditions} == ({"json_adherence", "latency_p99"} if fires else set())
 
     thin_fp16 = variant("fp16", 29, e2e=[1000.0] * 29)
     int4 = variant("int4", 100, e2e=[5000.0] * 100)
-    out = run([thin_fp16, int4], [scored(thin_fp16, "json_adherence", 0.95), scored(int4, "json_adherence", 0.50)])
+    out = run(
+        [thin_fp16, int4],
+        [alternating_scores(thin_fp16, "json_adherence", 0.95), alternating_scores(int4, "json_adherence", 0.50)],
+    )
     assert out.conditions == []
 
     # Enough requests on both sides but a handful of scores: no mean to judge by.
     int4 = variant("int4", 100)
-    assert run([fp16, int4], [fp16_scores, scored(int4.head(10), "json_adherence", 0.50)]).conditions == []
-    assert run([fp16, int4], [fp16_scores.head(10), scored(int4, "json_adherence", 0.50)]).conditions == []
+    assert run([fp16, int4], [fp16_scores, alternating_scores(int4.head(10), "json_adherence", 0.50)]).conditions == []
+    assert run([fp16, int4], [fp16_scores.head(10), alternating_scores(int4, "json_adherence", 0.50)]).conditions == []
     assert (
-        run([fp16, int4], [fp16_scores, scored(int4, "json_adherence", 0.50)], Config(min_samples=200)).conditions == []
+        run(
+            [fp16, int4], [fp16_scores, alternating_scores(int4, "json_adherence", 0.50)], Config(min_samples=200)
+        ).conditions
+        == []
     )
 
 
 def test_figures_are_long_and_requests_without_a_model_or_a_quantization_are_left_out() -> None:
     fp16, int4, bare = variant("fp16", 100), variant("int4", 60), variant("fp8", 40)
     scores = [
-        scored(fp16, "json_adherence", 0.9),
-        scored(fp16, "helpfulness", 0.7),
-        scored(int4, "json_adherence", 0.9),
+        alternating_scores(fp16, "json_adherence", 0.9),
+        alternating_scores(fp16, "helpfulness", 0.7),
+        alternating_scores(int4, "json_adherence", 0.9),
         # A score the baseline lacks has no delta and cannot fire.
-        scored(int4, "toxicity_free", 0.1),
+        alternating_scores(int4, "toxicity_free", 0.1),
     ]
     untagged = [variant(None, 50), variant("int4", 50, model=None)]
-    out = run([fp16, int4, bare, *untagged], [*scores, scored(untagged[0], "json_adherence", 0.1)])
+    out = run([fp16, int4, bare, *untagged], [*scores, alternating_scores(untagged[0], "json_adherence", 0.1)])
     assert out.conditions == []
     assert rows(out, "model", "quantization", "score_name", "score_n", "score_delta") == [
         (LLAMA, "fp16", "helpfulness", 100, 0.0),

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
 from detector_tables import assert_fits_migrated_table
+from request_frames import SCORE_SCHEMA, WINDOW, detector_frames, even_scores, spread
 
-from detectors.base import Detection, Window
+from detectors.base import Detection
 from detectors.replica_skew import LABELS, Config, detect, inputs
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
     "trace_id": pl.String,
     "span_id": pl.String,
@@ -21,13 +20,7 @@ REQUEST_SCHEMA = {
     "e2e_ms": pl.Float64,
     "tpot_ms": pl.Float64,
 }
-SCORE_SCHEMA = {"trace_id": pl.String, "span_id": pl.String, "name": pl.String, "score": pl.Float64}
 FLEET = [f"r{i}" for i in range(8)]
-
-
-def spread(low: float, high: float, n: int) -> list[float]:
-    """n values evenly from low to high: a deterministic stand-in for a distribution."""
-    return [low + (high - low) * i / (n - 1) for i in range(n)] if n > 1 else [low]
 
 
 def replica(
@@ -47,36 +40,20 @@ def replica(
     )
 
 
-def scored(requests: pl.DataFrame, name: str, mean: float) -> pl.DataFrame:
-    """Scores of `name` spread evenly ±0.05 around `mean`, so the mean is exact."""
-    return pl.DataFrame(
-        {
-            "trace_id": requests["trace_id"],
-            "span_id": requests["span_id"],
-            "name": [name] * requests.height,
-            "score": spread(mean - 0.05, mean + 0.05, requests.height),
-        },
-        schema=SCORE_SCHEMA,
-    )
-
-
 def run(
     requests: list[pl.DataFrame], scores: list[pl.DataFrame] | None = None, config: Config | None = None
 ) -> Detection:
-    frames = {
-        "requests": pl.concat(requests) if requests else pl.DataFrame(schema=REQUEST_SCHEMA),
-        "scores": pl.concat(scores) if scores else pl.DataFrame(schema=SCORE_SCHEMA),
-    }
-    return detect(frames, config or Config(), WINDOW)
+    return detect(detector_frames(requests, scores, REQUEST_SCHEMA), config or Config(), WINDOW)
 
 
 def fleet(drifted: dict[str, float] | None = None, n: int = 300) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """Eight replicas scoring 0.88 on json_adherence and 0.75 on helpfulness, except `drifted` json_adherence means."""
     replicas = [replica(r, n) for r in FLEET]
     scores = [
-        scored(frame, "json_adherence", (drifted or {}).get(r, 0.88)) for r, frame in zip(FLEET, replicas, strict=True)
+        even_scores(frame, "json_adherence", (drifted or {}).get(r, 0.88))
+        for r, frame in zip(FLEET, replicas, strict=True)
     ]
-    scores += [scored(frame, "helpfulness", 0.75) for frame in replicas]
+    scores += [even_scores(frame, "helpfulness", 0.75) for frame in replicas]
     return replicas, scores
 
 
@@ -157,8 +134,8 @@ def test_a_level_fleet_fires_nothing_even_with_a_replica_better_than_the_rest() 
     means = [0.86, 0.87, 0.88, 0.89, 0.95, 0.87, 0.88, 0.89]
     replicas = [replica(r, 250 + 10 * i, e2e=spread(800, 1000 + 40 * i, 250 + 10 * i)) for i, r in enumerate(FLEET)]
     replicas[7] = replica("r7", 320, e2e=spread(300, 600, 320))
-    scores = [scored(frame, "json_adherence", m) for frame, m in zip(replicas, means, strict=True)]
-    scores += [scored(frame, "helpfulness", 0.75) for frame in replicas]
+    scores = [even_scores(frame, "json_adherence", m) for frame, m in zip(replicas, means, strict=True)]
+    scores += [even_scores(frame, "helpfulness", 0.75) for frame in replicas]
     out = run(replicas, scores)
     assert out.conditions == []
     # Long: a row per (replica, score), the replica's request figures repeated on each.
@@ -171,8 +148,8 @@ def test_a_level_fleet_fires_nothing_even_with_a_replica_better_than_the_rest() 
 def test_structured_scores_come_first_and_other_scores_get_their_own_advice() -> None:
     replicas = [replica(r, 300, e2e=[1000.0] * 300) for r in FLEET[:7]]
     bad = replica("r7", 300, e2e=[3000.0] * 300)
-    scores = [scored(frame, name, 0.88) for frame in replicas for name in ("helpfulness", "tool_call_correctness")]
-    scores += [scored(bad, "helpfulness", 0.70), scored(bad, "tool_call_correctness", 0.80)]
+    scores = [even_scores(frame, name, 0.88) for frame in replicas for name in ("helpfulness", "tool_call_correctness")]
+    scores += [even_scores(bad, "helpfulness", 0.70), even_scores(bad, "tool_call_correctness", 0.80)]
     out = run([*replicas, bad], scores)
     assert [c.labels["signal"] for c in out.conditions] == ["tool_call_correctness", "helpfulness", "latency_p99"]
     assert out.conditions[0].summary.endswith("structured output drifts first: drain and reload the replica")
@@ -193,7 +170,7 @@ def test_min_samples_gates_the_replica_and_the_rest_of_the_fleet(side: str, n: i
     # Two replicas: "bad" scores 0.5 at 5 s, "good" 0.9 at 1 s; `side` says which one is thin.
     bad = replica("bad", n if side == "replica" else 200, e2e=[5000.0] * (n if side == "replica" else 200))
     good = replica("good", n if side == "fleet" else 200, e2e=[1000.0] * (n if side == "fleet" else 200))
-    out = run([bad, good], [scored(bad, "json_adherence", 0.5), scored(good, "json_adherence", 0.9)])
+    out = run([bad, good], [even_scores(bad, "json_adherence", 0.5), even_scores(good, "json_adherence", 0.9)])
     expected = {"json_adherence", "latency_p99"} if fires else set()
     assert {c.labels["signal"] for c in out.conditions} == expected
     assert {c.labels["replica_id"] for c in out.conditions} <= {"bad"}
@@ -201,19 +178,25 @@ def test_min_samples_gates_the_replica_and_the_rest_of_the_fleet(side: str, n: i
 
 def test_enough_requests_but_too_few_scores_on_either_side_stays_silent() -> None:
     bad, good = replica("bad", 200), replica("good", 200)
-    few_bad = run([bad, good], [scored(bad.head(29), "json_adherence", 0.5), scored(good, "json_adherence", 0.9)])
+    few_bad = run(
+        [bad, good], [even_scores(bad.head(29), "json_adherence", 0.5), even_scores(good, "json_adherence", 0.9)]
+    )
     assert few_bad.conditions == []
-    few_good = run([bad, good], [scored(bad, "json_adherence", 0.5), scored(good.head(29), "json_adherence", 0.9)])
+    few_good = run(
+        [bad, good], [even_scores(bad, "json_adherence", 0.5), even_scores(good.head(29), "json_adherence", 0.9)]
+    )
     assert few_good.conditions == []
-    enough = run([bad, good], [scored(bad, "json_adherence", 0.5), scored(good.head(30), "json_adherence", 0.9)])
+    enough = run(
+        [bad, good], [even_scores(bad, "json_adherence", 0.5), even_scores(good.head(30), "json_adherence", 0.9)]
+    )
     assert [c.labels for c in enough.conditions] == [{"replica_id": "bad", "signal": "json_adherence"}]
 
     # Two judges per request: 40 scores, but from 20 requests, too few for a verdict on either side.
     thin_bad, thin_good = replica("bad", 20), replica("good", 20)
-    twice_bad = [scored(thin_bad, "json_adherence", 0.5)] * 2
-    twice_good = [scored(thin_good, "json_adherence", 0.9)] * 2
-    assert run([thin_bad, good], [*twice_bad, scored(good, "json_adherence", 0.9)]).conditions == []
-    assert run([bad, thin_good], [scored(bad, "json_adherence", 0.5), *twice_good]).conditions == []
+    twice_bad = [even_scores(thin_bad, "json_adherence", 0.5)] * 2
+    twice_good = [even_scores(thin_good, "json_adherence", 0.9)] * 2
+    assert run([thin_bad, good], [*twice_bad, even_scores(good, "json_adherence", 0.9)]).conditions == []
+    assert run([bad, thin_good], [even_scores(bad, "json_adherence", 0.5), *twice_good]).conditions == []
 
 
 def test_untagged_requests_are_their_own_group_and_alert_without_a_replica_label() -> None:
@@ -261,7 +244,7 @@ def test_empty_frames_and_a_lone_replica_give_no_conditions_and_typed_figures() 
 
     # One replica has no rest of the fleet to be compared with.
     alone = replica("r0", 100)
-    lone = run([alone], [scored(alone, "json_adherence", 0.5)])
+    lone = run([alone], [even_scores(alone, "json_adherence", 0.5)])
     assert lone.conditions == []
     figures = lone.figures.row(0, named=True)
     assert figures["fleet_n"] == 0

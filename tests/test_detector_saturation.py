@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import random
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 import pydantic
 import pytest
 from detector_tables import assert_fits_migrated_table
+from request_frames import SCORE_SCHEMA, WINDOW, detector_frames, noisy_scores, spread
 
-from detectors.base import Detection, Window
+from detectors.base import Detection
 from detectors.saturation import LABELS, Config, detect, inputs
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
     "trace_id": pl.String,
     "span_id": pl.String,
@@ -23,14 +21,8 @@ REQUEST_SCHEMA = {
     "queue_depth": pl.Int64,
     "replica_count": pl.Int64,
 }
-SCORE_SCHEMA = {"trace_id": pl.String, "span_id": pl.String, "name": pl.String, "score": pl.Float64}
 # Queue depths over 4 replicas: 0.5, 5, 12 and 20 queued per replica.
 DEPTHS = {"idle": 2, "warm": 20, "saturating": 48, "scaling": 80}
-
-
-def spread(low: float, high: float, n: int) -> list[float]:
-    """n values evenly from low to high: a deterministic stand-in for a latency distribution."""
-    return [low + (high - low) * i / (n - 1) for i in range(n)] if n > 1 else [low]
 
 
 def bucket(name: str, n: int, e2e: list[float] | None = None) -> pl.DataFrame:
@@ -63,34 +55,19 @@ def loads(pairs: list[tuple[int | None, int | None]]) -> pl.DataFrame:
     )
 
 
-def scored(requests: pl.DataFrame, name: str, mean: float, seed: int = 7, noise: float = 0.02) -> pl.DataFrame:
-    rng = random.Random(seed)
-    return pl.DataFrame(
-        {
-            "trace_id": requests["trace_id"],
-            "span_id": requests["span_id"],
-            "name": [name] * requests.height,
-            "score": [min(1.0, max(0.0, rng.gauss(mean, noise))) for _ in range(requests.height)],
-        },
-        schema=SCORE_SCHEMA,
-    )
-
-
 def run(
     requests: list[pl.DataFrame], scores: list[pl.DataFrame] | None = None, config: Config | None = None
 ) -> Detection:
-    frames = {
-        "requests": pl.concat(requests) if requests else pl.DataFrame(schema=REQUEST_SCHEMA),
-        "scores": pl.concat(scores) if scores else pl.DataFrame(schema=SCORE_SCHEMA),
-    }
-    return detect(frames, config or Config(), WINDOW)
+    return detect(detector_frames(requests, scores, REQUEST_SCHEMA), config or Config(), WINDOW)
 
 
 def cliff() -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
     """json_adherence at 0.88 / 0.86 / 0.79 / 0.71 from idle to scaling, equal latency everywhere."""
     frames = [bucket("idle", 900), bucket("warm", 700), bucket("saturating", 500), bucket("scaling", 312)]
     means = [0.88, 0.86, 0.79, 0.71]
-    return frames, [scored(f, "json_adherence", m, seed=i) for i, (f, m) in enumerate(zip(frames, means, strict=True))]
+    return frames, [
+        noisy_scores(f, "json_adherence", m, seed=i) for i, (f, m) in enumerate(zip(frames, means, strict=True))
+    ]
 
 
 def test_the_cliff_reproduces_the_means_and_fires_for_the_scaling_bucket_only() -> None:
@@ -123,7 +100,9 @@ def test_the_cliff_reproduces_the_means_and_fires_for_the_scaling_bucket_only() 
 
 def test_a_drop_at_the_saturating_bucket_never_fires_however_deep() -> None:
     idle, saturating = bucket("idle", 200), bucket("saturating", 200)
-    out = run([idle, saturating], [scored(idle, "json_adherence", 0.9), scored(saturating, "json_adherence", 0.3)])
+    out = run(
+        [idle, saturating], [noisy_scores(idle, "json_adherence", 0.9), noisy_scores(saturating, "json_adherence", 0.3)]
+    )
     assert out.conditions == []
 
 
@@ -154,8 +133,8 @@ def test_a_clean_dataset_fires_nothing() -> None:
         bucket("saturating", 200, e2e=spread(900, 2000, 200)),
         bucket("scaling", 100, e2e=spread(950, 2500, 100)),
     ]
-    scores = [scored(f, "json_adherence", 0.88, seed=i) for i, f in enumerate(frames)]
-    scores += [scored(f, "helpfulness", 0.74 - 0.01 * i, seed=10 + i) for i, f in enumerate(frames)]
+    scores = [noisy_scores(f, "json_adherence", 0.88, seed=i) for i, f in enumerate(frames)]
+    scores += [noisy_scores(f, "helpfulness", 0.74 - 0.01 * i, seed=10 + i) for i, f in enumerate(frames)]
     out = run(frames, scores)
     assert out.conditions == []
     assert out.figures.height == 4 * 2
@@ -184,43 +163,44 @@ def test_bucket_edges_belong_to_the_bucket_above_and_move_with_the_config() -> N
 def test_requests_without_a_queue_depth_or_replica_count_or_with_zero_replicas_are_left_out() -> None:
     requests = loads([(None, 4), (20, None), (None, None), (5, 0), (80, 4)])
     unknown = requests.head(4)
-    out = run([requests], [scored(requests, "json_adherence", 0.5)])
+    out = run([requests], [noisy_scores(requests, "json_adherence", 0.5)])
     assert out.figures.select("bucket", "n", "score_n").rows() == [("scaling", 1, 1)]
 
     # Out of the comparison too: 120 unmeasurable requests scoring 0.1 would otherwise sink some bucket.
     idle, scaling = bucket("idle", 100), bucket("scaling", 100)
     unmeasured = pl.concat([unknown] * 30).with_columns(trace_id=pl.format("u{}", pl.int_range(pl.len())))
-    scores = [scored(idle, "json_adherence", 0.9), scored(scaling, "json_adherence", 0.85)]
-    with_unmeasured = run([idle, scaling, unmeasured], [*scores, scored(unmeasured, "json_adherence", 0.1)])
+    scores = [noisy_scores(idle, "json_adherence", 0.9), noisy_scores(scaling, "json_adherence", 0.85)]
+    with_unmeasured = run([idle, scaling, unmeasured], [*scores, noisy_scores(unmeasured, "json_adherence", 0.1)])
     assert with_unmeasured.conditions == []
     assert with_unmeasured.figures["n"].to_list() == [100, 100]
 
 
 def test_min_samples_gates_the_scaling_and_the_idle_bucket() -> None:
     idle = bucket("idle", 200, e2e=[1000.0] * 200)
-    idle_scores = scored(idle, "json_adherence", 0.9)
+    idle_scores = noisy_scores(idle, "json_adherence", 0.9)
     for n, fires in [(29, False), (30, True)]:
         scaling = bucket("scaling", n, e2e=[5000.0] * n)
-        out = run([idle, scaling], [idle_scores, scored(scaling, "json_adherence", 0.5)])
+        out = run([idle, scaling], [idle_scores, noisy_scores(scaling, "json_adherence", 0.5)])
         assert {c.labels["signal"] for c in out.conditions} == ({"json_adherence", "latency_p99"} if fires else set())
 
     for n, fires in [(29, False), (30, True)]:
         thin_idle = bucket("idle", n, e2e=[1000.0] * n)
         scaling = bucket("scaling", 200, e2e=[5000.0] * 200)
         out = run(
-            [thin_idle, scaling], [scored(thin_idle, "json_adherence", 0.9), scored(scaling, "json_adherence", 0.5)]
+            [thin_idle, scaling],
+            [noisy_scores(thin_idle, "json_adherence", 0.9), noisy_scores(scaling, "json_adherence", 0.5)],
         )
         assert bool(out.conditions) is fires, n
 
     # Enough requests but a handful of scores: no mean to judge by.
     scaling = bucket("scaling", 200)
-    assert run([idle, scaling], [idle_scores, scored(scaling.head(29), "json_adherence", 0.3)]).conditions == []
+    assert run([idle, scaling], [idle_scores, noisy_scores(scaling.head(29), "json_adherence", 0.3)]).conditions == []
 
     # Two judges per request: 40 scores, but from 20 requests, too few for a verdict on either side.
     thin_idle, thin_scaling = bucket("idle", 20), bucket("scaling", 20)
-    twice_idle = [scored(thin_idle, "json_adherence", 0.9, seed=s) for s in (1, 2)]
-    twice_scaling = [scored(thin_scaling, "json_adherence", 0.3, seed=s) for s in (1, 2)]
-    assert run([thin_idle, scaling], [*twice_idle, scored(scaling, "json_adherence", 0.3)]).conditions == []
+    twice_idle = [noisy_scores(thin_idle, "json_adherence", 0.9, seed=s) for s in (1, 2)]
+    twice_scaling = [noisy_scores(thin_scaling, "json_adherence", 0.3, seed=s) for s in (1, 2)]
+    assert run([thin_idle, scaling], [*twice_idle, noisy_scores(scaling, "json_adherence", 0.3)]).conditions == []
     assert run([idle, thin_scaling], [idle_scores, *twice_scaling]).conditions == []
 
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
 from detector_tables import assert_fits_migrated_table
+from request_frames import SCORE_SCHEMA, WINDOW, detector_frames, scores_of, spread
 
-from detectors.base import Detection, Window
+from detectors.base import Detection
 from detectors.tenant_fairness import LABELS, Config, detect, inputs
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 REQUEST_SCHEMA = {
     "trace_id": pl.String,
     "span_id": pl.String,
@@ -20,12 +19,6 @@ REQUEST_SCHEMA = {
     "e2e_ms": pl.Float64,
     "ttft_ms": pl.Float64,
 }
-SCORE_SCHEMA = {"trace_id": pl.String, "span_id": pl.String, "name": pl.String, "score": pl.Float64}
-
-
-def spread(low: float, high: float, n: int) -> list[float]:
-    """n values evenly from low to high: a deterministic stand-in for a latency distribution."""
-    return [low + (high - low) * i / (n - 1) for i in range(n)] if n > 1 else [low]
 
 
 def tenant(name: str | None, e2e: list[float], ttft: list[float] | None = None) -> pl.DataFrame:
@@ -43,20 +36,8 @@ def tenant(name: str | None, e2e: list[float], ttft: list[float] | None = None) 
     )
 
 
-def scored(requests: pl.DataFrame, name: str, values: list[float]) -> pl.DataFrame:
-    head = requests.head(len(values))
-    return pl.DataFrame(
-        {"trace_id": head["trace_id"], "span_id": head["span_id"], "name": [name] * len(values), "score": values},
-        schema=SCORE_SCHEMA,
-    )
-
-
 def run(*tenants: pl.DataFrame, scores: list[pl.DataFrame] | None = None) -> Detection:
-    frames = {
-        "requests": pl.concat(tenants) if tenants else pl.DataFrame(schema=REQUEST_SCHEMA),
-        "scores": pl.concat(scores) if scores else pl.DataFrame(schema=SCORE_SCHEMA),
-    }
-    return detect(frames, Config(), WINDOW)
+    return detect(detector_frames(tenants, scores, REQUEST_SCHEMA), Config(), WINDOW)
 
 
 def burst() -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -188,10 +169,10 @@ def score_window(shift: float) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     b, c = (tenant(t, spread(900, 1100, 500)) for t in "bc")
     quiet = tenant("quiet", spread(900, 1100, 30))
     scores = [
-        scored(a, "json_adherence", [v - shift for v in spread(0.80, 1.00, 40)]),
-        scored(b, "json_adherence", spread(0.80, 1.00, 500)),
-        scored(c, "json_adherence", spread(0.80, 1.00, 500)),
-        *(scored(t, "helpfulness", spread(0.6, 0.9, t.height)) for t in (a, b, c)),
+        scores_of(a, "json_adherence", [v - shift for v in spread(0.80, 1.00, 40)]),
+        scores_of(b, "json_adherence", spread(0.80, 1.00, 500)),
+        scores_of(c, "json_adherence", spread(0.80, 1.00, 500)),
+        *(scores_of(t, "helpfulness", spread(0.6, 0.9, t.height)) for t in (a, b, c)),
     ]
     return pl.concat([a, b, c, quiet]), scores
 
@@ -233,7 +214,7 @@ def test_a_small_score_gap_or_a_handful_of_scores_stays_silent() -> None:
 
     # Five bad scores among a tenant's 30 requests are no p10 to judge it by.
     requests, scores = score_window(0.0)
-    few = scored(requests.filter(pl.col("tenant_id") == "quiet"), "json_adherence", [0.1] * 5)
+    few = scores_of(requests.filter(pl.col("tenant_id") == "quiet"), "json_adherence", [0.1] * 5)
     assert run(requests, scores=[*scores, few]).conditions == []
 
 
@@ -241,7 +222,7 @@ def test_a_score_drop_of_exactly_the_threshold_fires_and_a_smaller_one_does_not(
     # 0.85 - 0.80 comes out a hair under 0.05 in floating point; the summary shows 0.05, so it must fire.
     a, b = tenant("a", spread(900, 1100, 40)), tenant("b", spread(900, 1100, 500))
     for low, fires in ((0.80, True), (0.81, False)):
-        scores = [scored(a, "json_adherence", [low] * 40), scored(b, "json_adherence", [0.85] * 500)]
+        scores = [scores_of(a, "json_adherence", [low] * 40), scores_of(b, "json_adherence", [0.85] * 500)]
         out = run(a, b, scores=scores)
         assert [c.labels for c in out.conditions] == ([{"tenant_id": "a", "signal": "json_adherence"}] if fires else [])
         if fires:
@@ -252,7 +233,7 @@ def test_a_score_drop_of_exactly_the_threshold_fires_and_a_smaller_one_does_not(
 def test_a_score_drop_counts_from_exactly_min_samples_scores() -> None:
     a, b = tenant("a", spread(900, 1100, 40)), tenant("b", spread(900, 1100, 500))
     for count, fires in ((19, False), (20, True)):
-        scores = [scored(a, "json_adherence", [0.5] * count), scored(b, "json_adherence", spread(0.8, 1.0, 500))]
+        scores = [scores_of(a, "json_adherence", [0.5] * count), scores_of(b, "json_adherence", spread(0.8, 1.0, 500))]
         labels = [c.labels for c in run(a, b, scores=scores).conditions]
         assert labels == ([{"tenant_id": "a", "signal": "json_adherence"}] if fires else []), count
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import polars as pl
 import pytest
+from request_frames import WINDOW
 
 from detectors.alerts import evaluate
 from detectors.base import Condition, Detection, Severity, Window
 from detectors.token_latency import LABELS, Config, detect, inputs
 from storage.ports import Requests, RequestSummary
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 BASELINE_COLUMNS = [
     "model",
     "deployment",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
 import pytest
+from request_frames import WINDOW
 
 from detectors.base import Detection, Window
 from detectors.frames import IDS
@@ -19,7 +20,6 @@ from storage.duckdb.database import open_database
 from storage.duckdb.reads import DuckDBWindowSource
 from storage.ports import Requests, Scores
 
-WINDOW = Window(datetime(2026, 11, 20, 12, 0), datetime(2026, 11, 20, 12, 5))
 LOOKBACK = timedelta(seconds=30)
 REQUEST_SCHEMA = pl.Schema(
     [
