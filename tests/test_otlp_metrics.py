@@ -27,6 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from test_otlp_http import PROTOBUF, post
 
 from collector.decode import Encoding, decode_metrics
+from collector.engine_names import ENGINE_METRICS, EngineNames, Kind, spellings
 from collector.reasons import MetricRejectReason, MetricUnjoined
 
 POD = {"service.name": "vllm-llama8b", "service.instance.id": "10.0.0.7:8000", "k8s.pod.name": "vllm-llama8b-0"}
@@ -125,6 +126,63 @@ def test_every_spelling_of_an_engine_metric_maps_to_its_canonical_name(svc: Runn
     assert svc.rows("SELECT DISTINCT kind FROM engine_metrics WHERE name = 'vllm:num_preemptions_total'") == [
         ("delta",)
     ]
+
+
+def export_dotted_with_sdk(exporter: MetricExporter) -> None:
+    """What an engine pushing OTLP metrics through the SDK sends: the SDK spells vLLM's names with dots."""
+    engine = {"model_name": "llama", "engine": "0"}
+
+    def waiting(_options: CallbackOptions) -> list[Observation]:
+        return [Observation(5, engine)]
+
+    def by_reason(_options: CallbackOptions) -> list[Observation]:
+        return [Observation(4, {**engine, "reason": "capacity"}), Observation(1, {**engine, "reason": "deferred"})]
+
+    provider = MeterProvider(
+        resource=Resource.create(POD),
+        metric_readers=[PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)],
+    )
+    meter = provider.get_meter("vllm")
+    meter.create_observable_gauge("vllm.num_requests_waiting", callbacks=[waiting])
+    meter.create_observable_gauge("vllm.num_requests_waiting_by_reason", callbacks=[by_reason])
+    meter.create_counter("vllm.prompt_tokens").add(900, engine)
+    meter.create_counter("vllm.prompt_tokens_cached").add(300, engine)
+    meter.create_histogram("vllm.request_queue_time_seconds").record(0.25, engine)
+    meter.create_observable_gauge("sglang.num_queue_reqs", callbacks=[waiting])
+    provider.shutdown()  # collects and exports once
+
+
+def test_dotted_names_of_an_sdk_push_land_as_the_same_canonical_metrics(svc: RunningService) -> None:
+    export_dotted_with_sdk(HttpMetricExporter(endpoint=f"{svc.http_url}/v1/metrics"))
+    rows = svc.rows(
+        "SELECT name, metric, attributes->>'reason', kind, value FROM engine_metrics "
+        "ORDER BY name, attributes->>'reason'"
+    )
+    assert rows == [
+        ("sglang.num_queue_reqs", "requests_waiting", None, "gauge", 5.0),
+        ("vllm.num_requests_waiting", "requests_waiting", None, "gauge", 5.0),
+        ("vllm.num_requests_waiting_by_reason", "requests_waiting_by_reason", "capacity", "gauge", 4.0),
+        ("vllm.num_requests_waiting_by_reason", "requests_waiting_by_reason", "deferred", "gauge", 1.0),
+        ("vllm.prompt_tokens", "prompt_tokens", None, "cumulative", 900.0),
+        ("vllm.prompt_tokens_cached", "prompt_tokens_cached", None, "cumulative", 300.0),
+        ("vllm.request_queue_time_seconds_count", "queue_time_count", None, "cumulative", 1.0),
+        ("vllm.request_queue_time_seconds_sum", "queue_time_sum", None, "cumulative", 0.25),
+    ]
+    assert svc.metric("tailwatch_metric_points_unjoined_total", reason="unknown_name") == 0
+
+
+@pytest.mark.parametrize(
+    ("canonical", "name"),
+    [(canonical, name) for canonical, metric in ENGINE_METRICS.items() for name in metric.names],
+)
+def test_every_spelling_of_every_name_in_the_table_finds_its_canonical_metric(canonical: str, name: str) -> None:
+    kind = ENGINE_METRICS[canonical].kind
+    # Prometheus shows a counter with `_total`; the Collector may keep or strip it.
+    suffixes = ("", "_total", "_TOTAL") if kind is Kind.COUNTER else ("",)
+    variants = [v + suffix for v in spellings(name) for suffix in suffixes]
+    if name.startswith("vllm:"):
+        assert len(variants) == 6 * len(suffixes)  # `:`, `_`, `.`, and Ray's three
+    assert {v: EngineNames().lookup(v) for v in variants} == dict.fromkeys(variants, (canonical, kind))
 
 
 def test_names_added_in_config_are_joined_like_the_built_in_ones(db_path: Path) -> None:

@@ -12,7 +12,7 @@ import socket
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,14 +20,16 @@ from typing import Any
 import pytest
 from conftest import RunningService, service_settings
 from prometheus_client import CollectorRegistry
+from test_engine_join import DEPLOYMENT, request_span, store_spans
 from test_thread_names import kernel_names
 from waiting import HANG_GUARD, WriterHold, join, wait_until
 
+from collector.engine_names import VLLM_METRICS, Kind
 from collector.metrics import IngestMetrics
 from collector.normalize import NormalizeConfig, build_plan
 from collector.scrape import Failure, ScrapeMetrics, Scraper
 from storage.duckdb.backend import DuckDBStorage
-from storage.ports import TargetHealth
+from storage.ports import Requests, TargetHealth, Window
 from tailwatch.settings import MetricsSettings, ScrapeTarget
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -278,6 +280,68 @@ def test_a_vllm_page_lands_in_engine_metrics_under_canonical_names(
     }
     assert health == TargetHealth(engine.url, "pod-a", "llama", True, AT, None, 4, health.seconds)
     assert target_rows(storage) == {engine.url: ("pod-a", "llama", True, AT, AT, None, 4)}
+
+
+# What a real vLLM 0.32.0 answered while a burst queued (tests/data/vllm-0.32.0/README.md).
+VLLM_032_PAGE = (Path(__file__).parent / "data" / "vllm-0.32.0" / "metrics-during-burst.txt").read_text()
+
+
+def test_a_real_vllm_0_32_page_yields_its_canonical_points_with_waiting_kept_by_reason(
+    storage: DuckDBStorage, scraper: ScraperFactory, servers: Callable[[Any], Any]
+) -> None:
+    engine = servers(Endpoint(VLLM_032_PAGE))
+    scraper([ScrapeTarget(url=engine.url, replica="pod-a", deployment="llama")]).scrape_once()
+    settled(storage)
+    rows = storage.reader.rows(
+        "SELECT metric, attributes->>'reason', value, kind FROM engine_metrics WHERE metric IS NOT NULL "
+        "ORDER BY metric, attributes->>'reason'"
+    )
+    assert rows == [
+        ("kv_cache_usage", None, 0.3492063492063492, "gauge"),
+        ("preemptions", None, 0.0, "cumulative"),
+        ("prefix_cache_hits", None, 0.0, "cumulative"),
+        ("prefix_cache_queries", None, 6258.0, "cumulative"),
+        ("prompt_tokens", None, 6258.0, "cumulative"),
+        ("prompt_tokens_cached", None, 0.0, "cumulative"),
+        ("queue_time_count", None, 12.0, "cumulative"),
+        ("queue_time_sum", None, 0.0003848289998131804, "cumulative"),
+        ("requests_running", None, 3.0, "gauge"),
+        ("requests_waiting", None, 16.0, "gauge"),
+        ("requests_waiting_by_reason", "capacity", 16.0, "gauge"),
+        ("requests_waiting_by_reason", "deferred", 0.0, "gauge"),
+        ("step_tokens_count", None, 792.0, "cumulative"),
+        ("step_tokens_sum", None, 7815.0, "cumulative"),
+    ]
+    # Every point of the page is one row, whether Tailwatch joins its name or not.
+    labels = "SELECT DISTINCT model, engine, replica_id FROM engine_metrics WHERE metric IS NOT NULL"
+    assert storage.reader.rows(labels) == [("tiny-llama", "0", "pod-a")]
+
+
+def test_waiting_by_reason_is_not_added_into_the_queue_depth_of_a_request(
+    storage: DuckDBStorage, scraper: ScraperFactory, servers: Callable[[Any], Any]
+) -> None:
+    # The page's reasons sum to its 16 waiting requests: the request that arrived after it met 16, not 32.
+    engine = servers(Endpoint(VLLM_032_PAGE))
+    scraper([ScrapeTarget(url=engine.url, replica="pod-a", deployment=DEPLOYMENT)]).scrape_once()
+    store_spans(storage, [request_span(1, "pod-a", AT + timedelta(seconds=2), AT + timedelta(seconds=4))])
+    window = Window(AT - timedelta(minutes=5), AT + timedelta(minutes=5))
+    table = storage.windows.requests(Requests(window, ("queue_depth", "running_requests", "kv_cache_usage")))
+    assert table.select(["queue_depth", "running_requests", "kv_cache_usage"]).to_pylist() == [
+        {"queue_depth": 16, "running_requests": 3, "kv_cache_usage": 0.3492063492063492}
+    ]
+
+
+def test_every_family_of_a_real_vllm_0_32_page_is_in_the_vllm_table_with_its_kind() -> None:
+    # The table the Grafana dashboard and the names table are held to, against what vLLM itself registers.
+    kinds = {"gauge": Kind.GAUGE, "counter": Kind.COUNTER, "histogram": Kind.HISTOGRAM}
+    families: dict[str, Kind] = {}
+    for line in VLLM_032_PAGE.splitlines():
+        if line.startswith("# TYPE vllm:") and not line.split()[2].endswith("_created"):
+            _, _, name, kind = line.split()
+            families[name.removesuffix("_total") if kind == "counter" else name] = kinds[kind]
+    assert len(families) == 39
+    deprecated = {"vllm:gpu_cache_usage_perc": Kind.GAUGE}  # gone from 0.32's page, still sent by older engines
+    assert families == {k: v for k, v in VLLM_METRICS.items() if k not in deprecated}
 
 
 def test_an_unnamed_target_is_named_by_its_address(
