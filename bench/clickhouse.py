@@ -26,8 +26,8 @@ from polars.testing import assert_frame_equal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collector.model import SPAN_BATCH_SCHEMA
 from detectors.registry import REGISTRY
+from model.columns import SPAN_BATCH_SCHEMA
 from storage.clickhouse.backend import ClickHouseStorage
 from storage.duckdb.backend import DuckDBStorage
 from tailwatch.compose import detection_pass

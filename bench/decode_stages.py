@@ -21,7 +21,7 @@ from llm_spans import unique_requests
 
 from collector import native_walk, span_walk
 from collector.decode import Decoder, Encoding, decode_traces, default_plan, finish
-from collector.moved_attributes import gathered_keys, left_out
+from model.attribute_split import gathered_keys, left_out
 
 
 def best_of(fn: Callable[[], object], spans: int, rounds: int = 5) -> float:

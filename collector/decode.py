@@ -23,11 +23,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collector import native_walk, otlp_json, span_walk
 from collector.anyvalue import attributes_dict
 from collector.decode_metrics import metric_points, parse_metrics
-from collector.derived_columns import leave_derived, leave_duration
 from collector.engine_names import EngineNames
 from collector.errors import MalformedPayload
-from collector.model import DERIVED, MAX_TIME_NS, MOVED, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
-from collector.moved_attributes import gathered_keys, left_out, split
 from collector.normalize import (
     FIELDS,
     LANGFUSE_COMPLETION_START,
@@ -41,6 +38,9 @@ from collector.normalize import (
 from collector.reasons import LogRejectReason, MetricUnjoined, Rejections
 from collector.scores import EVALUATION_EVENT, SCORE_HINT, Score, from_evaluation, from_span_attributes
 from collector.span_walk import ZERO_SPAN, ZERO_TRACE, Walked
+from model.attribute_split import gathered_keys, left_out, split
+from model.columns import DERIVED, MAX_TIME_NS, MOVED, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from model.derived_columns import leave_derived, leave_duration
 
 
 class Encoding(StrEnum):
@@ -174,7 +174,7 @@ def decode_traces(
     """Decode, validate and normalize one OTLP trace export request (by default with DEFAULT_DECODER).
 
     With `split_attributes` the spans' `attributes` leave out what a canonical column holds exactly, and an
-    `attributes_moved` column says what (collector/moved_attributes.py): the form DuckDB stores."""
+    `attributes_moved` column says what (model/attribute_split.py): the form DuckDB stores."""
     if encoding is Encoding.JSON:
         # OTLP/JSON is re-encoded once so that both encodings share the one walk.
         payload = otlp_json.parse(payload, ExportTraceServiceRequest).SerializeToString()

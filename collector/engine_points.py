@@ -17,9 +17,9 @@ import orjson
 import pyarrow as pa
 
 from collector.engine_names import EngineNames, Kind
-from collector.model import ENGINE_METRIC_BATCH_SCHEMA, MAX_TIME_NS
 from collector.normalize import Plan, resolve
 from collector.reasons import MetricRejectReason, MetricUnjoined, Rejections
+from model.columns import ENGINE_METRIC_BATCH_SCHEMA, MAX_TIME_NS
 
 
 class Temporality:

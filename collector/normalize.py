@@ -22,11 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from collector.derived_columns import DERIVATIONS, NULL_FLOAT
-from collector.model import LLM_FIELDS, LLM_TYPES
+from model.columns import LLM_FIELDS, LLM_TYPES
+from model.derived_columns import DERIVATIONS, NULL_FLOAT
 
 # ---------------------------------------------------------------------------------------------------
-# Canonical fields filled from attributes, in slot order, and their types: collector/model.py. Derived
+# Canonical fields filled from attributes, in slot order, and their types: model/columns.py. Derived
 # fields are computed after lookup.
 FIELDS = LLM_FIELDS
 
@@ -460,7 +460,7 @@ def normalize_batch(plan: Plan, batch: SpanBatch) -> tuple[dict[str, pa.Array], 
     role = pc.if_else(is_llm, pc.if_else(server, "server", "client"), pa.scalar(None, pa.string()))
 
     columns["e2e_ms"] = pc.coalesce(columns["e2e_ms"], pc.if_else(is_llm, batch.durations_ms, NULL_FLOAT))
-    # A value the source sent wins over the rule (collector/derived_columns.py).
+    # A value the source sent wins over the rule (model/derived_columns.py).
     for derivation in DERIVATIONS:
         columns[derivation.column] = pc.coalesce(columns[derivation.column], derivation.arrow(columns))
     return columns, is_llm, role

@@ -23,7 +23,7 @@ from collector.engine_names import EngineNames
 from collector.errors import ExportError, Overloaded, Unavailable
 from collector.metrics import IngestMetrics
 from collector.normalize import NormalizeConfig
-from collector.thread_names import name_this_thread
+from model.thread_names import name_this_thread
 from storage.ports import SpanSink
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class IngestPipeline:
         self._normalize = normalize or NormalizeConfig()
         self._names = engine_names or EngineNames()
         self.decoder = decoder
-        # Whether spans are decoded in the form the sink stores (collector/moved_attributes.py).
+        # Whether spans are decoded in the form the sink stores (model/attribute_split.py).
         self._split = split_attributes
         metrics.decoder_in_use(decoder, self.processes)
         self._inflight = 0

@@ -34,9 +34,9 @@ from collector.decode import Decoded, Signal, score_table
 from collector.engine_names import EngineNames, Kind
 from collector.engine_points import Origin, Point, PointColumns, Temporality
 from collector.metrics import IngestMetrics
-from collector.model import MAX_TIME_NS
 from collector.normalize import Plan
-from collector.thread_names import name_this_thread
+from model.columns import MAX_TIME_NS
+from model.thread_names import name_this_thread
 from storage.ports import ScrapeHealth, SpanSink, TargetHealth
 
 log = logging.getLogger(__name__)

@@ -19,17 +19,17 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.anyvalue import attributes_dict
 from collector.errors import MalformedPayload
-from collector.model import MAX_TIME_NS, SPAN_KINDS, STATUS_CODES
 from collector.normalize import KeyValues, gather
 from collector.reasons import Rejections, SpanRejectReason
 from collector.wire import TraceRequest, any_value
+from model.columns import MAX_TIME_NS, SPAN_KINDS, STATUS_CODES
 
 ZERO_TRACE = bytes(16)
 ZERO_SPAN = bytes(8)
 
 # The walk's span columns, in order: the stored columns a span carries itself, then the index of its
 # resource among the request's resources (for the per-resource gathered keys). `left_out` holds the
-# attributes the walk was asked to leave out of `attributes` (collector/moved_attributes.py) that hold a
+# attributes the walk was asked to leave out of `attributes` (model/attribute_split.py) that hold a
 # value, as a JSON object of their own; null when a span has none of them.
 WALK_SCHEMA = pa.schema(
     [

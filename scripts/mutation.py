@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))
-PACKAGES = ("collector", "storage", "detectors")
+PACKAGES = ("model", "collector", "storage", "detectors")
 # A mutant is detected when a test fails on it, or it runs away past mutmut's time limit.
 DETECTED = {"killed", "timeout", "caught by type check"}
 NOT_RUN = {"not checked", "skipped", "outside the sample"}
@@ -129,7 +129,7 @@ def report(verdicts: dict[str, str], prefixes: list[str], sampled: set[str] | No
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="scripts/mutate", description=__doc__)
-    parser.add_argument("paths", nargs="*", help="modules or packages (default: collector storage detectors)")
+    parser.add_argument("paths", nargs="*", help="modules or packages (default: model collector storage detectors)")
     parser.add_argument("--sample", type=int, metavar="N", help="run about N mutants, chosen by a seeded hash")
     parser.add_argument("--seed", default="tailwatch", help="the sample's seed (default: %(default)s)")
     parser.add_argument("--survivors", action="store_true", help="run again only what was not detected last time")

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from collector.thread_names import name_this_thread
+from model.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
 _HEADER = struct.Struct("<II")

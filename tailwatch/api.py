@@ -18,8 +18,8 @@ import pyarrow as pa
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
-from collector.thread_names import name_this_thread
 from detectors.detection import DetectionPass
+from model.thread_names import name_this_thread
 from storage import export
 from storage.ports import AlertQueries, AnalystSQL, ConsoleQueries, QueryError
 from tailwatch import console as console_pages

@@ -25,10 +25,10 @@ from test_thread_names import kernel_names
 from waiting import HANG_GUARD, wait_until
 
 from collector.follow import Follower
-from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_COLUMNS
 from collector.normalize import NormalizeConfig, build_plan
 from detectors.registry import REGISTRY
 from detectors.scheduler import scheduled_pass
+from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_COLUMNS
 from storage.clickhouse.backend import ClickHouseStorage
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator

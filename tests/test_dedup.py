@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from waiting import WriterHold, join
 
-from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from storage.dedup import Identities, RecentSpans, first_in_group, first_occurrences, span_keys
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database

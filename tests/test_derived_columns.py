@@ -1,6 +1,6 @@
 """Derived canonical columns stored as NULL with a bit (`storage.attributes: split`) read back as normalization
 made them, bit for bit, through the `spans` view; and the migration that introduced them keeps every value
-both ways (collector/derived_columns.py)."""
+both ways (model/derived_columns.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from waiting import HANG_GUARD
 
 from collector.decode import Encoding, decode_traces
-from collector.derived_columns import DERIVATIONS, DERIVED_BITS, DURATION_READ_SQL, leave_derived, read_sql
-from collector.model import LLM_FIELDS, MAX_TIME_NS
+from model.columns import LLM_FIELDS, MAX_TIME_NS
+from model.derived_columns import DERIVATIONS, DERIVED_BITS, DURATION_READ_SQL, leave_derived, read_sql
 from storage.duckdb import migrate
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.database import open_database

@@ -18,7 +18,7 @@ from waiting import HANG_GUARD
 
 from collector.decode import Encoding, decode_metrics
 from collector.engine_names import EngineNames
-from collector.model import ENGINE_JOINED, SPAN_BATCH_SCHEMA
+from model.columns import ENGINE_JOINED, SPAN_BATCH_SCHEMA
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import Requests, Storage, Window
 

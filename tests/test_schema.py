@@ -1,4 +1,4 @@
-"""One home for the schema: docs/schema.sql is what the migrations build, and collector/model.py agrees with them."""
+"""One home for the schema: docs/schema.sql is what the migrations build, and model/columns.py agrees with them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collector.model import SCORE_COLUMNS, SPAN_COLUMNS, Column
+from model.columns import SCORE_COLUMNS, SPAN_COLUMNS, Column
 from storage.duckdb.database import open_database
 from storage.duckdb.migrate import downgrade, upgrade
 from storage.duckdb.stored_attributes import SPAN_ROWS
@@ -82,7 +82,7 @@ def test_wrap_never_breaks_inside_a_string_or_a_quoted_name() -> None:
 
 @pytest.mark.parametrize("table", sorted(MODEL))
 def test_the_model_is_the_migrated_table(table: str, tmp_path: Path) -> None:
-    """Every canonical column of collector/model.py is a column of the table with the same type and NOT NULL,
+    """Every canonical column of model/columns.py is a column of the table with the same type and NOT NULL,
     and the table has no other column."""
     con = open_database(tmp_path / "schema.duckdb")
     upgrade(con)

@@ -14,9 +14,9 @@ from builders import request, span
 from conftest import RunningService
 from waiting import HANG_GUARD
 
-from collector.model import SPAN_BATCH_SCHEMA
 from detectors.alerts import Alert, evaluate, fingerprint
 from detectors.base import Condition, Severity, Window
+from model.columns import SPAN_BATCH_SCHEMA
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.detector_store import DuckDBDetectorStore

@@ -23,10 +23,10 @@ from polars.testing import assert_frame_equal
 from prometheus_client import CollectorRegistry
 from waiting import HANG_GUARD
 
-from collector.model import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from detectors.alerts import fingerprint
 from detectors.detection import DetectionPass, DetectorMetrics
 from detectors.registry import get
+from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import (
     Aggregate,

@@ -22,9 +22,9 @@ from waiting import HANG_GUARD, WriterHold
 
 from collector import native_walk
 from collector.decode import Decoder, Encoding, decode_traces
-from collector.moved_attributes import MOVES, gathered_keys
 from collector.normalize import NormalizeConfig, build_plan
 from collector.scores import SCORE_HINT
+from model.attribute_split import MOVES, gathered_keys
 from storage.duckdb import migrate
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.database import open_database

@@ -12,7 +12,7 @@ from builders import request, span
 from serverproc import ServerProcess
 from waiting import join
 
-from collector.thread_names import kernel_name, name_this_thread
+from model.thread_names import kernel_name, name_this_thread
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

@@ -2,7 +2,7 @@
 
 `tpot_ms` and `cache_hit_ratio` are usually normalization's derivations from other columns (vLLM sends
 neither): about 7 bytes a span each, stored for nothing. The decoder now stores such a value as NULL and
-sets its bit (collector/derived_columns.py); the view reads the column through a subquery that puts the
+sets its bit (model/derived_columns.py); the view reads the column through a subquery that puts the
 value back with the rule's SQL, so every expression of the view (the attributes written back from their
 columns among them) reads it derived.
 
@@ -23,7 +23,7 @@ down_revision = "0017"
 branch_labels = None
 depends_on = None
 
-# The rules as this migration defines them (collector/derived_columns.py, read_sql; a test holds them equal).
+# The rules as this migration defines them (model/derived_columns.py, read_sql; a test holds them equal).
 _AFTER_FIRST = "(output_tokens::DOUBLE - 1.0)"
 _READS = {
     "tpot_ms": f"CASE WHEN columns_derived & 1 <> 0 THEN CASE WHEN output_tokens >= 2 THEN coalesce(decode_ms / "

@@ -5,7 +5,7 @@ token − scheduled) and decode (last − first) beside it, all from one monoton
 two is the inference time bit for bit. No canonical column holds it, so it was the one latency left in
 `attributes_rest`: ~12 bytes a span of full-precision digits under ZSTD, a tenth of a stored span. The
 decoder now leaves it out where `prefill_ms / 1000 + decode_ms / 1000` gives it back exactly, with its
-bit in `attributes_moved` (bit 53, collector/moved_attributes.py), and the view writes it back.
+bit in `attributes_moved` (bit 53, model/attribute_split.py), and the view writes it back.
 
 No row is copied on the way up. The way down writes the value back into each row's rest first.
 

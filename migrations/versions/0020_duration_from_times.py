@@ -3,7 +3,7 @@
 A span's duration is end − start in nanoseconds over 10^6, a full-precision double (~6.5 bytes a span
 stored). The times are stored to the microsecond, so what they lost of the difference is all that is
 missing: `duration_rem_ns`, −1000..1000, about 2 bytes. The decoder leaves the duration NULL wherever the
-rule gives it back bit for bit (collector/derived_columns.py, `leave_duration`); `duration_ms` is never
+rule gives it back bit for bit (model/derived_columns.py, `leave_duration`); `duration_ms` is never
 NULL as decoded, so the NULL needs no bit. The view's subquery (migration 0018) reads it through the rule,
 so every expression of the view sees it as decoded.
 
@@ -23,7 +23,7 @@ down_revision = "0019"
 branch_labels = None
 depends_on = None
 
-# The rule as this migration defines it (collector/derived_columns.py's DURATION_READ_SQL; a test holds them equal).
+# The rule as this migration defines it (model/derived_columns.py's DURATION_READ_SQL; a test holds them equal).
 _READ = (
     "CASE WHEN duration_ms IS NULL THEN ((epoch_us(end_time) - epoch_us(start_time)) * 1000 + duration_rem_ns)"
     "::DOUBLE / 1e6 ELSE duration_ms END"

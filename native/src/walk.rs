@@ -24,7 +24,7 @@ use crate::json::{
     bytes_text, held, unique_entries, write_object, write_str, write_u64, write_value, Order,
 };
 
-/// Span times must stay below 2^63 ns, the range of a nanosecond timestamp (collector/model.py).
+/// Span times must stay below 2^63 ns, the range of a nanosecond timestamp (model/columns.py).
 const MAX_TIME_NS: u64 = (1 << 63) - 1;
 const SPAN_KINDS: [&str; 6] = [
     "UNSPECIFIED",
@@ -355,7 +355,7 @@ fn write_pair(text: &mut Vec<u8>, key: &str, value: Option<&AnyValue>) {
 }
 
 /// `left_out`: the attribute keys written to the `left_out` column (a JSON object of their own, null when a
-/// span has none of them) instead of `attributes` when they hold a value (collector/moved_attributes.py).
+/// span has none of them) instead of `attributes` when they hold a value (model/attribute_split.py).
 pub fn walk(
     request: &ExportTraceServiceRequest,
     span_keys: &[String],

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 import pyarrow as pa
 
-from collector.model import ENGINE_JOINED
+from model.columns import ENGINE_JOINED
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.request_model import span_level_columns
 from storage.clickhouse.schema import SPAN_JSON_COLUMNS, Column, clickhouse_type, tables_of

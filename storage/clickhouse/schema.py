@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from collector.model import SPAN_COLUMNS
+from model.columns import SPAN_COLUMNS
 from storage.clickhouse.client import ClickHouse
 from storage.duckdb.stored_attributes import SPAN_ROWS, STORED_ONLY
 

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from collector.thread_names import name_this_thread
+from model.thread_names import name_this_thread
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import INGEST_TABLE
 from storage.duckdb.writer import WriterMetrics

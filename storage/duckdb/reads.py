@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.model import ENGINE_FLEET, ENGINE_REPLICA
+from model.columns import ENGINE_FLEET, ENGINE_REPLICA
 from storage.grouping_sets import grouping_sql
 from storage.ports import Aggregate, FrameBudget, Measure, Requests, RequestSummary, Scores, SloCounts, Window
 

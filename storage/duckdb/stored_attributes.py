@@ -2,7 +2,7 @@
 
 With `storage.attributes: split` the decoder leaves out of a span's `attributes` each value a canonical
 column holds exactly, and says which in `attributes_moved`, one bit per entry of `MOVES`
-(collector/moved_attributes.py, where "exactly" is defined). The writer stores them as they come, in
+(model/attribute_split.py, where "exactly" is defined). The writer stores them as they come, in
 `attributes_rest` and `attributes_moved`; `spans` is a view over the stored rows (`span_rows`) whose
 `attributes` puts the moved values back from their columns. A batch decoded whole (`storage.attributes:
 whole`, or another caller's) has no `attributes_moved` and is stored with no bit set.
@@ -22,9 +22,9 @@ from functools import cache
 
 import pyarrow as pa
 
-from collector.derived_columns import DURATION_REM, DURATION_REM_SQL
-from collector.model import DERIVED, MOVED
-from collector.moved_attributes import BITS, MOVES, Move
+from model.attribute_split import BITS, MOVES, Move
+from model.columns import DERIVED, MOVED
+from model.derived_columns import DURATION_REM, DURATION_REM_SQL
 
 # The physical columns behind `spans.attributes`: DuckDB's own storage, not part of the request model
 # another backend stores.
@@ -35,7 +35,7 @@ SPAN_ROWS = "span_rows"
 
 
 def _value_sql(move: Move) -> str:
-    """The attribute's value as its columns give it back (collector/moved_attributes.py's `_given_back`)."""
+    """The attribute's value as its columns give it back (model/attribute_split.py's `_given_back`)."""
     over = [move.column] if move.plus is None else [move.column, move.plus]
     return " + ".join(f"{c} / {move.per}" if move.per != 1 else c for c in over)
 

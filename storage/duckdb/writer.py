@@ -31,7 +31,7 @@ import polars as pl
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from collector.thread_names import name_this_thread
+from model.thread_names import name_this_thread
 from storage.dedup import Identities, RecentSpans, first_in_group, span_keys
 from storage.duckdb.space import DiskSpace
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved

@@ -21,7 +21,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-with atheris.instrument_imports(include=["collector", "targets"]):
+with atheris.instrument_imports(include=["model", "collector", "targets"]):
     from targets import CORPUS, TARGETS, answer
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.model import MAX_TIME_NS
+from model.columns import MAX_TIME_NS
 
 # Not pa.scalar(None, ...): at import, before the service refuses pandas (collector/lean_imports.py),
 # converting a Python value would make pyarrow import it.

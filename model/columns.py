@@ -145,9 +145,9 @@ SPAN_COLUMNS: tuple[Column, ...] = (
     Column("attributes_moved", pa.uint64(), None, "One bit for each attribute `attributes` writes back from its "
            "canonical column (DuckDB's storage of `attributes`).", Origin.STORAGE),
     Column("columns_derived", pa.uint8(), None, "One bit for each of tpot_ms and cache_hit_ratio the view derives "
-           "when read (stored NULL; collector/derived_columns.py).", Origin.STORAGE),
+           "when read (stored NULL; model/derived_columns.py).", Origin.STORAGE),
     Column("duration_rem_ns", pa.int16(), "ns", "Where `duration_ms` is stored NULL: the nanoseconds the "
-           "microsecond start_time and end_time lost of it (collector/derived_columns.py).", Origin.STORAGE),
+           "microsecond start_time and end_time lost of it (model/derived_columns.py).", Origin.STORAGE),
 )  # fmt: skip
 
 # `span_scores`: one row per quality score, keyed by the judged span.
@@ -198,10 +198,10 @@ def batch_schema(columns: tuple[Column, ...]) -> pa.Schema:
 
 
 SPAN_BATCH_SCHEMA = batch_schema(SPAN_COLUMNS)
-# What a decoder asked to split attributes adds to SPAN_BATCH_SCHEMA (collector/moved_attributes.py): which
+# What a decoder asked to split attributes adds to SPAN_BATCH_SCHEMA (model/attribute_split.py): which
 # attributes its `attributes` leaves out because their columns hold them. A batch without it left none out.
 MOVED = pa.field("attributes_moved", pa.uint64())
-# And which derived columns it stored as NULL for the reader to derive (collector/derived_columns.py).
+# And which derived columns it stored as NULL for the reader to derive (model/derived_columns.py).
 DERIVED = pa.field("columns_derived", pa.uint8())
 SCORE_BATCH_SCHEMA = batch_schema(SCORE_COLUMNS)
 ENGINE_METRIC_BATCH_SCHEMA = batch_schema(ENGINE_METRIC_COLUMNS)

@@ -21,16 +21,29 @@ written back into the stored JSON as the walk wrote it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Protocol
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.derived_columns import same_float
-from collector.normalize import KeyValues
+from model.derived_columns import same_float
+
+
+class Gathered(Protocol):
+    """One key's value for every row of a batch as a walk gathers it (collector/normalize.py's `KeyValues`):
+    a typed column, or each value's JSON text where `json` is set. Named by shape so that the split needs
+    nothing of the decoder that gathers it."""
+
+    @property
+    def values(self) -> pa.Array: ...
+
+    @property
+    def json(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -129,7 +142,7 @@ def left_out(span_keys: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def split(
-    attributes: pa.Array, left_out_json: pa.Array, span_values: dict[str, KeyValues], columns: dict[str, pa.Array]
+    attributes: pa.Array, left_out_json: pa.Array, span_values: Mapping[str, Gathered], columns: dict[str, pa.Array]
 ) -> tuple[pa.Array, pa.Array]:
     """`attributes_rest` and `attributes_moved` of a walked batch: `attributes` (the JSON without the left-out
     keys), `left_out_json` (each row's left-out pairs as a JSON object, null when it had none), the gathered
@@ -165,7 +178,7 @@ def _given_back(move: Move, columns: dict[str, pa.Array]) -> pa.Array:
     return over[0] if len(over) == 1 else pc.add(over[0], over[1])
 
 
-def _same(gathered: KeyValues, column: pa.Array) -> np.ndarray | None:
+def _same(gathered: Gathered, column: pa.Array) -> np.ndarray | None:
     """Where the sent value is the value its column gives back; None when no row's can be."""
     sent = gathered.values
     if gathered.json or sent.type != column.type or sent.type not in (pa.int64(), pa.float64(), pa.string()):
