@@ -25,12 +25,13 @@ from storage.ports import AlertQueries, AnalystSQL, ConsoleQueries, QueryError
 from tailwatch import console as console_pages
 from tailwatch import openapi, results
 from tailwatch.answers import error as _error
-from tailwatch.answers import instant as _instant
+from tailwatch.routes import ROUTES
+from tailwatch.routing import Args, Handler, Routes, groups
 
 log = logging.getLogger("tailwatch.api")
 # Probes must answer without credentials: an orchestrator has none. The API's description holds no data and
-# is what a client reads before it has a token.
-OPEN_PATHS = frozenset({"/healthz", "/readyz", openapi.PATH})
+# is what a client reads before it has a token. tailwatch/routes.py marks them `open`.
+OPEN_PATHS = ROUTES.open_paths()
 ANALYST_NICE = 10
 
 # The *_created series double the exposition for no use on a long-running service.
@@ -53,51 +54,44 @@ def api_app(
     sql_slots: int = 2,
     tls: bool = False,
     facts: Mapping[str, str] | None = None,
+    routes: Routes = ROUTES,
 ) -> web.Application:
+    """The API port's app: every route of `routes` whose part of the service is given, each bound to its
+    declaration, and the document that describes them."""
     sql = _SqlHandlers(analyst, sql_slots) if analyst is not None else None
 
-    async def metrics(_: web.Request) -> web.Response:
+    async def metrics(_: web.Request, __: Args) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def healthz(_: web.Request) -> web.Response:
+    async def healthz(_: web.Request, __: Args) -> web.Response:
         # Alive: the event loop answers. Whether it should take traffic is /readyz.
         return web.json_response({"status": "ok"})
 
-    async def readyz(_: web.Request) -> web.Response:
+    async def readyz(_: web.Request, __: Args) -> web.Response:
         # `facts` (e.g. the trace decoder in use) ride along, so a probe's log tells what is serving.
         if is_ready():
             return web.json_response({"status": "ready", **(facts or {})})
         return web.json_response({"status": "not ready", **(facts or {})}, status=503)
 
-    async def alerts(request: web.Request) -> web.Response:
-        """Alerts, newest first; `?state=firing|resolved`, `?detector=KEY`, `?limit=N` (default 100)."""
-        try:
-            limit = min(int(request.query.get("limit", "100")), 10_000)
-        except ValueError:
-            return _error(400, "bad_request", "limit must be an integer")
-        table = alert_queries.alerts(
-            state=request.query.get("state"), detector=request.query.get("detector"), limit=limit
-        )
+    async def alerts(_: web.Request, args: Args) -> web.Response:
+        """Alerts, newest first; `?state=firing|resolved`, `?detector=KEY`, `?limit=N`."""
+        table = alert_queries.alerts(state=args["state"], detector=args["detector"], limit=args["limit"])
         rows = [
             {k: (json.loads(v) if k == "labels" else _json_value(v)) for k, v in row.items()}
             for row in table.to_pylist()
         ]
         return web.json_response({"alerts": rows})
 
-    async def clusters(request: web.Request) -> web.Response:
-        """Clusters of bad requests, newest window first, best first; `?detector=KEY`, `?limit=N` (default 50)."""
-        try:
-            limit = min(int(request.query.get("limit", "50")), 10_000)
-        except ValueError:
-            return _error(400, "bad_request", "limit must be an integer")
-        table = alert_queries.clusters(detector=request.query.get("detector"), limit=limit)
+    async def clusters(_: web.Request, args: Args) -> web.Response:
+        """Clusters of bad requests, newest window first, best first; `?detector=KEY`, `?limit=N`."""
+        table = alert_queries.clusters(detector=args["detector"], limit=args["limit"])
         rows = [
             {k: (json.loads(v) if k == "signature" else _json_value(v)) for k, v in row.items()}
             for row in table.to_pylist()
         ]
         return web.json_response({"clusters": rows})
 
-    async def detect(request: web.Request) -> web.Response:
+    async def detect(request: web.Request, _: Args) -> web.Response:
         """Evaluate detectors now, or as of `at`, exactly as the scheduler would; returns what they found."""
         if detection is None:
             return _error(503, "unavailable", "detectors are not running")
@@ -136,40 +130,44 @@ def api_app(
             }
         )
 
-    app = web.Application(middlewares=[_bearer(token)] if token else [])
+    open_paths = routes.open_paths()
+    app = web.Application(middlewares=[_bearer(token, open_paths)] if token else [])
+    handlers: dict[str, Handler] = {
+        "metrics": metrics, "healthz": healthz, "readyz": readyz, "alerts": alerts, "clusters": clusters,
+        "detect": detect,
+    }  # fmt: skip
     if sql is not None:
-        app.router.add_post("/v1/sql", sql.query)
-        app.router.add_get("/v1/export", sql.export)
+        handlers.update(sql=sql.query, export=sql.export)
         app.on_cleanup.append(sql.close)
-    app.router.add_get("/v1/alerts", alerts)
-    app.router.add_get("/v1/clusters", clusters)
-    app.router.add_post("/v1/detect", detect)
     if console is not None:
-        console_pages.add_console(
-            app, registry=registry, queries=console, detection=detection, is_ready=is_ready, token=token,
-            secure_cookie=tls,
+        handlers.update(
+            console_pages.add_console(
+                app, registry=registry, queries=console, detection=detection, is_ready=is_ready, token=token,
+                secure_cookie=tls,
+            )
         )  # fmt: skip
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    served = groups(sql=sql is not None, console=console is not None)
     # This server's own routes and auth, encoded once.
     description = json.dumps(
-        openapi.document(sql=sql is not None, auth=bool(token), open_paths=OPEN_PATHS, console=console is not None)
+        openapi.document(
+            sql=sql is not None, auth=bool(token), open_paths=open_paths, console=console is not None, routes=routes
+        )
     ).encode()
 
-    async def openapi_json(_: web.Request) -> web.Response:
+    async def openapi_json(_: web.Request, __: Args) -> web.Response:
         return web.Response(body=description, content_type="application/json")
 
-    app.router.add_get(openapi.PATH, openapi_json)
+    handlers["openapi"] = openapi_json
+    routes.serve(app, handlers, served)
     return app
 
 
-def _bearer(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+def _bearer(token: str, open_paths: frozenset[str]) -> Callable[..., Awaitable[web.StreamResponse]]:
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):  # type: ignore[no-untyped-def]
-        if request.path in OPEN_PATHS or request.path in console_pages.SIGN_IN_PATHS:
+        if request.path in open_paths or request.path in console_pages.SIGN_IN_PATHS:
             return await handler(request)
         given = request.headers.get("Authorization", "").encode()
         # Constant-time: the comparison must not tell an attacker how much of a guess was right. A browser
@@ -226,7 +224,7 @@ class _SqlHandlers:
         except TimeoutError:
             raise QueryError("busy", "every SQL slot stayed busy for the statement time limit; retry later") from None
 
-    async def query(self, request: web.Request) -> web.Response:
+    async def query(self, request: web.Request, _: Args) -> web.Response:
         """Run one read-only statement; rows as JSON (default), CSV or an Arrow IPC stream."""
         try:
             body = await _json_body(request)
@@ -261,11 +259,11 @@ class _SqlHandlers:
             return results.to_arrow_stream(result.table, result.truncated), results.ARROW_STREAM, result.truncated
         return results.to_json(result.table, result.types, result.truncated), "application/json", result.truncated
 
-    async def export(self, request: web.Request) -> web.StreamResponse:
+    async def export(self, request: web.Request, args: Args) -> web.StreamResponse:
         """Every row of a dataset in [since, until) as one Arrow IPC stream, sent as DuckDB produces it."""
         try:
-            dataset = request.query.get("dataset", "")
-            since, until = (_instant(request.query.get(k, ""), k) for k in ("since", "until"))
+            dataset = args["dataset"] or ""  # absent, it is an unknown dataset to check_export
+            since, until = args["since"], args["until"]
             export.check_export(dataset, since, until)
         except (export.ExportError, QueryError) as exc:
             code = exc.code if isinstance(exc, QueryError) else "bad_request"

@@ -12,7 +12,7 @@ import hmac
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 from detectors.detection import DetectionPass
 from storage.ports import ConsoleQueries, QueryError, Window
 from tailwatch import results
-from tailwatch.answers import error, instant
+from tailwatch.answers import error
+from tailwatch.routing import Args, Handler
 
 STATIC = Path(__file__).parent / "static"
 # Served to a browser without the token: what the sign-in page needs, none of it data.
@@ -37,9 +38,6 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-cache",
 }
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
-FIGURE_ROWS = 200_000
-_FIGURE_PARAMS = frozenset({"from", "to", "limit", "columns", "distinct"})
-DEFAULT_RANGE = timedelta(hours=24)
 RATE_SAMPLE_SECONDS = 5.0
 RATE_SAMPLES = 13  # a minute of samples
 
@@ -116,9 +114,8 @@ def _value(registry: CollectorRegistry, name: str) -> float | None:
     return _samples(registry, name).get("")
 
 
-def _range(request: web.Request) -> tuple[datetime, datetime]:
-    until = instant(request.query["to"], "to") if "to" in request.query else _now()
-    since = instant(request.query["from"], "from") if "from" in request.query else until - DEFAULT_RANGE
+def _range(args: Args) -> tuple[datetime, datetime]:
+    until, since = args["to"], args["from"]
     if since >= until:
         raise QueryError("bad_request", "from must be before to")
     return since, until
@@ -137,21 +134,22 @@ def add_console(
     is_ready: Callable[[], bool],
     token: str | None,
     secure_cookie: bool,
-) -> None:
+) -> dict[str, Handler]:
+    """The console's handlers by operation id (tailwatch/routes.py declares their routes)."""
     rate = IngestRate(registry)
     app.cleanup_ctx.append(rate.run)
 
-    async def index(_: web.Request) -> web.Response:
+    async def index(_: web.Request, __: Args) -> web.Response:
         return _static("index.html")
 
-    async def asset(request: web.Request) -> web.Response:
-        name = request.match_info["name"]
+    async def asset(_: web.Request, args: Args) -> web.Response:
+        name = args["name"]
         # Only the files shipped in the static directory, by exact name: no path reaches elsewhere.
         if name not in {p.name for p in STATIC.iterdir()}:
             raise web.HTTPNotFound()
         return _static(name)
 
-    async def sign_in(request: web.Request) -> web.Response:
+    async def sign_in(request: web.Request, _: Args) -> web.Response:
         """Trade the token for the console's cookie (form field `token`)."""
         if token is None:
             return web.Response(status=204)
@@ -163,19 +161,16 @@ def add_console(
         response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=secure_cookie, path="/")
         return response
 
-    async def figures(request: web.Request) -> web.Response:
-        """A detector's stored figures for the windows ending in (from, to] (default: the last 24 hours);
+    async def figures(_: web.Request, args: Args) -> web.Response:
+        """A detector's stored figures for the windows ending in (from, to] (default: the last day);
         `columns=a,b` only those, `distinct=true` each row once, any other parameter a column to match."""
-        detector = request.match_info["detector"]
-        text = request.query.get("limit", str(FIGURE_ROWS))
-        if not (text.isascii() and text.isdigit()):
-            return error(400, "bad_request", f"limit must be a whole number, 0 or more (got {text!r})")
-        limit = min(int(text), FIGURE_ROWS)
-        columns = [c for c in request.query.get("columns", "").split(",") if c]
-        where = {k: v for k, v in request.query.items() if k not in _FIGURE_PARAMS}
-        distinct = request.query.get("distinct", "false").lower() in ("true", "1", "yes")
+        detector = args["detector"]
+        limit = args["limit"]
+        columns = [c for c in (args["columns"] or "").split(",") if c]
+        where = args.undeclared()
+        distinct = args["distinct"]
         try:
-            since, until = _range(request)
+            since, until = _range(args)
             table = await asyncio.to_thread(
                 queries.figures, detector, since, until, limit=limit, columns=columns, where=where, distinct=distinct
             )
@@ -199,7 +194,7 @@ def add_console(
             }
         )
 
-    async def status(_: web.Request) -> web.Response:
+    async def status(_: web.Request, __: Args) -> web.Response:
         """Ingest and detector health: what an operator checks first."""
         received, stored = rate.per_second()
         last_commit = _value(registry, "tailwatch_writer_last_commit_timestamp_seconds") or None
@@ -235,14 +230,14 @@ def add_console(
             }
         )
 
-    async def trace(request: web.Request) -> web.Response:
+    async def trace(request: web.Request, args: Args) -> web.Response:
         """One trace: its spans, its requests as the request model has them, its scores, and its replica's engine
         metrics around it. `from`/`to` bound the search to spans ending between them."""
-        trace_id = request.match_info["trace_id"].lower()
+        trace_id = args["trace_id"].lower()
         if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):
             return error(400, "bad_request", "a trace id is 32 hex digits")
         try:
-            around = Window(*_range(request)) if "from" in request.query else None
+            around = Window(*_range(args)) if "from" in request.query else None
         except QueryError as exc:
             return error(400, exc.code, exc.message)
         found = await asyncio.to_thread(queries.trace, trace_id, around)
@@ -250,9 +245,7 @@ def add_console(
             return error(404, "not_found", f"no spans of trace {trace_id}" + (" in that range" if around else ""))
         return _json({"trace_id": trace_id, **{name: results.records(t) for name, t in found.items()}})
 
-    app.router.add_get("/", index)
-    app.router.add_get("/console/{name}", asset)
-    app.router.add_post("/login", sign_in)
-    app.router.add_get("/v1/figures/{detector}", figures)
-    app.router.add_get("/v1/status", status)
-    app.router.add_get("/v1/traces/{trace_id}", trace)
+    return {
+        "console": index, "console_asset": asset, "sign_in": sign_in, "figures": figures, "status": status,
+        "trace": trace,
+    }  # fmt: skip
