@@ -146,6 +146,7 @@ SEMCONV: dict[str, list[tuple[str, Converter]]] = {
         ("gen_ai.response.model", _text),
         ("llm.response.model_name", _text),
         ("llm.model_name", _text),
+        ("embedding.model_name", _text),  # OpenInference and traceAI embedding spans
         ("langfuse.observation.model.name", _text),
         ("gen_ai.request.model", _text),
         ("llm.request.model_name", _text),
@@ -197,6 +198,8 @@ LLM_OPERATIONS = frozenset(
 # vLLM names its per-request span `llm_request`; SGLang `f"{role} Req {rid[:8]}"` (role may be empty).
 _ENGINE_SPAN = re.compile(r"^(llm_request|\S* ?Req [0-9A-Za-z_-]{1,8})$")
 OI_FIRST_TOKEN_EVENT = "First Token Stream Event"  # noqa: S105 - an event name, not a secret
+# OpenLLMetry (Traceloop) adds one such event per streamed chunk and no TTFT attribute.
+CHUNK_EVENT = "gen_ai.content.completion.chunk"
 LANGFUSE_COMPLETION_START = "langfuse.observation.completion_start_time"
 
 
@@ -473,12 +476,21 @@ def _coalesce(candidates: list[pa.Array], typ: pa.DataType, n: int) -> pa.Array:
 
 
 def first_token_ms(events: list[dict[str, Any]] | None, completion_start: Any, start_ns: int) -> float | None:
-    """TTFT from an OpenInference first-token event or Langfuse's completion start, when a span has one."""
+    """TTFT from an OpenInference first-token event, else the first completion chunk's event (when the first
+    chunk reached the instrumented client), else Langfuse's completion start, when a span has one."""
     if events:
+        first_chunk_ns: int | None = None
         for event in events:
             time_ns = int(event["time_unix_nano"])
-            if event["name"] == OI_FIRST_TOKEN_EVENT and time_ns >= start_ns:
+            if time_ns < start_ns:
+                continue
+            if event["name"] == OI_FIRST_TOKEN_EVENT:
                 return (time_ns - start_ns) / 1e6
+            # The earliest chunk, whatever order the exporter listed the events in.
+            if event["name"] == CHUNK_EVENT and (first_chunk_ns is None or time_ns < first_chunk_ns):
+                first_chunk_ns = time_ns
+        if first_chunk_ns is not None:
+            return (first_chunk_ns - start_ns) / 1e6
     if isinstance(completion_start, str):
         try:
             at = datetime.fromisoformat(completion_start.strip('"').replace("Z", "+00:00"))

@@ -242,6 +242,26 @@ def test_openinference_first_token_event_at_the_span_start_is_a_zero_ttft() -> N
     assert_value(row["ttft_ms"], 0.0)
 
 
+CHUNK = "gen_ai.content.completion.chunk"
+OPENLLMETRY_STREAM = {"gen_ai.operation.name": "chat", "gen_ai.usage.output_tokens": 256}
+
+
+@pytest.mark.parametrize(
+    ("events", "ttft_ms"),
+    [
+        (((CHUNK, 900 * MS), (CHUNK, 312_500_000), (CHUNK, 600 * MS)), 312.5),
+        (((CHUNK, -MS), (CHUNK, 250_000_123)), 250.000123),
+        ((("gen_ai.content.completion", 100 * MS), (CHUNK, 275 * MS)), 275.0),
+    ],
+    ids=["listed-out-of-order", "chunk-before-span-start", "other-event-first"],
+)
+def test_openllmetry_ttft_is_the_earliest_completion_chunk_at_or_after_the_start(
+    events: tuple[tuple[str, int], ...], ttft_ms: float
+) -> None:
+    row = decoded_row(make_span("openai.chat", OPENLLMETRY_STREAM, kind=CLIENT, events=events))
+    assert_value(row["ttft_ms"], ttft_ms)
+
+
 LANGFUSE = {"langfuse.observation.type": "generation", "langfuse.observation.model.name": "gpt-4o-mini"}
 
 

@@ -559,6 +559,129 @@ def test_traceloop_openai_062_span() -> None:
     )
 
 
+def openllmetry_stream_span(ttft_attribute: dict[str, Any]) -> Span:
+    """OpenLLMetry 0.62 streamed chat: no TTFT attribute of its own, one event per chunk (three here)."""
+    s = span(
+        "openai.chat",
+        trace_id=TRACE,
+        span_id=SPAN_A,
+        kind=Span.SPAN_KIND_CLIENT,
+        duration_ns=1_300_000_000,
+        attributes={
+            "gen_ai.provider.name": "openai",
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "llama-8b",
+            "gen_ai.response.model": LLAMA,
+            "gen_ai.usage.input_tokens": 64,
+            "gen_ai.usage.output_tokens": 3,
+            "gen_ai.usage.cache_read.input_tokens": 0,
+            "gen_ai.is_streaming": True,
+            "gen_ai.response.finish_reasons": ["length"],
+            **ttft_attribute,
+        },
+    )
+    for offset_ns in (183_250_000, 741_000_000, 1_299_500_000):
+        add_event(s, "gen_ai.content.completion.chunk", T0 + offset_ns)
+    return s
+
+
+def test_openllmetry_stream_span_ttft_is_its_first_completion_chunk_event() -> None:
+    """OpenLLMetry streams: TTFT is when the first chunk reached the client, its event's time minus the start."""
+    row = llm_row(export([openllmetry_stream_span({})], {"service.name": "chat-frontend"}))
+    assert row == exact(
+        {
+            "operation": "chat",
+            "is_llm": True,
+            "llm_role": "client",
+            "provider": "openai",
+            "model": LLAMA,
+            "input_tokens": 64,
+            "output_tokens": 3,
+            "cached_input_tokens": 0,
+            "ttft_ms": 183.25,
+            "tpot_ms": (1300.0 - 183.25) / 2,
+            "queue_ms": None,
+            "prefill_ms": None,
+            "decode_ms": None,
+            "e2e_ms": 1300.0,
+            "finish_reason": "length",
+            "cache_hit_ratio": 0.0,
+            "queue_depth": None,
+            "replica_count": None,
+            "batch_size": None,
+            "prefill_tokens_in_batch": None,
+            "quantization": None,
+            "tenant_id": None,
+            "replica_id": None,
+            "deployment": "chat-frontend",
+        }
+    )
+
+
+def test_a_ttft_attribute_wins_over_the_first_completion_chunk_event() -> None:
+    stream = openllmetry_stream_span({"gen_ai.response.time_to_first_chunk": 0.2125})
+    row = llm_row(export([stream], {"service.name": "chat-frontend"}))
+    assert (row["ttft_ms"], row["tpot_ms"]) == (212.5, pytest.approx((1300.0 - 212.5) / 2, rel=1e-12))
+
+
+def test_openinference_embedding_span_takes_its_model_from_embedding_model_name() -> None:
+    """OpenInference embeddings name no llm.model_name: the model is in embedding.model_name."""
+    s = span(
+        "CreateEmbeddingResponse",
+        trace_id=TRACE,
+        span_id=SPAN_A,
+        kind=Span.SPAN_KIND_INTERNAL,
+        duration_ns=42_000_000,
+        attributes={
+            "openinference.span.kind": "EMBEDDING",
+            "llm.system": "openai",
+            "embedding.model_name": "BAAI/bge-small-en-v1.5",
+            "llm.invocation_parameters": '{"model": "BAAI/bge-small-en-v1.5", "encoding_format": "base64"}',
+            "llm.token_count.prompt": 9,
+            "llm.token_count.total": 9,
+            "embedding.embeddings.0.embedding.text": "Refunds are accepted within 30 days.",
+            "input.value": '{"input": "Refunds are accepted within 30 days."}',
+            "input.mime_type": "application/json",
+        },
+    )
+    row = llm_row(export([s], {"service.name": "rag-api"}, scope="openinference.instrumentation.openai"))
+    assert row == exact(
+        {
+            "operation": "embedding",
+            "is_llm": True,
+            "llm_role": "client",
+            "provider": "openai",
+            "model": "BAAI/bge-small-en-v1.5",
+            "input_tokens": 9,
+            "output_tokens": None,
+            "cached_input_tokens": None,
+            "ttft_ms": None,
+            "tpot_ms": None,
+            "queue_ms": None,
+            "prefill_ms": None,
+            "decode_ms": None,
+            "e2e_ms": 42.0,
+            "finish_reason": None,
+            "cache_hit_ratio": None,
+            "queue_depth": None,
+            "replica_count": None,
+            "batch_size": None,
+            "prefill_tokens_in_batch": None,
+            "quantization": None,
+            "tenant_id": None,
+            "replica_id": None,
+            "deployment": "rag-api",
+        }
+    )
+
+
+def test_a_traceai_0_1_embedding_span_takes_its_model_from_embedding_model_name() -> None:
+    attributes = {"gen_ai.span.kind": "EMBEDDING", "embedding.model_name": "text-embedding-3-small",
+                  "gen_ai.usage.input_tokens": 7}  # fmt: skip
+    row = llm_row(export([span("Embedding", kind=Span.SPAN_KIND_INTERNAL, attributes=attributes)], TRACEAI_RESOURCE))
+    assert (row["operation"], row["is_llm"], row["model"]) == ("embedding", True, "text-embedding-3-small")
+
+
 def test_genai_semconv_current_client_span() -> None:
     """GenAI semconv: TTFT from time_to_first_chunk (s), TPOT from (duration − TTFT) / (out − 1)."""
     s = span(
@@ -1066,6 +1189,8 @@ def test_model_prefers_served_over_requested() -> None:
         ({"llm.model_name": "oi", "llm.response.model_name": "oi-resp"}, "oi-resp"),
         ({"gen_ai.response.model": "served", "llm.response.model_name": "oi-resp"}, "served"),
         ({"llm.request.model_name": "oi-req"}, "oi-req"),
+        ({"embedding.model_name": "emb", "gen_ai.request.model": "req"}, "emb"),
+        ({"llm.model_name": "oi", "embedding.model_name": "emb"}, "oi"),
     ]
     for attrs, model in cases:
         row = llm_row(export([span("chat m", attributes={"gen_ai.operation.name": "chat", **attrs})], {}))
