@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,20 @@ from tailwatch.settings import CONFIG_ENV, Settings, SettingsError, load_setting
 log = logging.getLogger("tailwatch")
 
 
+class _Command(argparse.ArgumentParser):
+    """A command's parser. With `describe`, its description is written only when its help is shown, so the
+    simulate command can list the simulator's scenarios without every other command importing it."""
+
+    def __init__(self, *args: Any, describe: Callable[[], str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._describe = describe
+
+    def format_help(self) -> str:
+        if self._describe is not None:
+            self.description = self._describe()
+        return super().format_help()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tailwatch",
@@ -28,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         "then flags; later ones win. See docs/configuration.md.",
     )
     parser.add_argument("--version", action="version", version=f"tailwatch {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Command)
 
     serve = sub.add_parser(
         "serve",
@@ -111,12 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     sim = sub.add_parser(
         "simulate",
         help="send realistic LLM-serving spans with a planted cause to an OTLP endpoint",
-        description="Generate LLM request spans (tenants, replicas, token counts, latencies, cache hits, queue "
-        "depth, quantization, quality scores) and send them through the OpenTelemetry SDK exporter: a healthy "
-        "history for baselines, then a fault window ending at --end with the scenario's cause planted, then "
-        "optionally live traffic. Scenarios: " + ", ".join(_scenario_names()) + ". Combine them with commas. "
-        "With --emitter vllm the same requests arrive as a real fleet sends them with nothing custom "
-        "(docs/simulate.md).",
+        describe=_simulate_description,
     )
     sim.add_argument("--scenario", required=True, help="scenario name(s), comma-separated")
     sim.add_argument(
@@ -150,14 +160,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _scenario_names() -> list[str]:
-    from tailwatch.simulate import SCENARIOS
+def _simulate_description() -> str:
+    from simulator.scenarios import SCENARIOS
 
-    return list(SCENARIOS)
+    return (
+        "Generate LLM request spans (tenants, replicas, token counts, latencies, cache hits, queue "
+        "depth, quantization, quality scores) and send them through the OpenTelemetry SDK exporter: a healthy "
+        "history for baselines, then a fault window ending at --end with the scenario's cause planted, then "
+        "optionally live traffic. Scenarios: " + ", ".join(SCENARIOS) + ". Combine them with commas. "
+        "With --emitter vllm the same requests arrive as a real fleet sends them with nothing custom "
+        "(docs/simulate.md)."
+    )
 
 
 def _simulate(settings: Settings, args: argparse.Namespace) -> int:
-    from tailwatch.simulate import SCENARIOS, run
+    from simulator.scenarios import SCENARIOS
 
     if args.list:
         for name, scenario in SCENARIOS.items():
@@ -168,6 +185,18 @@ def _simulate(settings: Settings, args: argparse.Namespace) -> int:
     if unknown:
         print(f"tailwatch: unknown scenario {unknown[0]!r}; known: {', '.join(SCENARIOS)}", file=sys.stderr)
         return 2
+    try:
+        from simulator.simulate import run
+    except ModuleNotFoundError as exc:
+        # The SDK is the simulate extra's, not the service's: say how to get it rather than a traceback.
+        if not (exc.name or "").startswith("opentelemetry"):
+            raise
+        print(
+            f"tailwatch: simulate sends through the OpenTelemetry SDK, which is not installed (no module {exc.name}); "
+            "install it with scripts/setup or pip install 'tailwatch[simulate]'",
+            file=sys.stderr,
+        )
+        return 1
     endpoint = args.endpoint or ("localhost:4317" if args.protocol == "grpc" else "http://localhost:4318")
     end = args.end or (datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30))
     sent = run(

@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import RunningService, service_settings
 
-from tailwatch import simulate
+from simulator import simulate
 
 # Two fault windows, so one cause does not drown the others: per-token tails half an hour before the end, then
 # a cache cliff, a tenant behind another's burst, a drifting replica, long contexts and a worse quantized variant

@@ -29,6 +29,7 @@ from collector.normalize import NormalizeConfig, build_plan
 from detectors.registry import REGISTRY
 from detectors.scheduler import scheduled_pass
 from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_COLUMNS
+from simulator import simulate
 from storage.clickhouse.backend import ClickHouseStorage
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
@@ -44,7 +45,6 @@ from storage.clickhouse.schema import (
 )
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import Aggregate, Measure, QueryError, Requests, RequestSummary, Storage, Window
-from tailwatch import simulate
 from tailwatch.compose import detection_pass
 from tailwatch.settings import Settings
 

@@ -20,7 +20,7 @@ from detectors.base import Detection, Window
 from detectors.detection import RunResult, grid_time
 from detectors.registry import REGISTRY
 from detectors.scheduler import scheduled_pass
-from tailwatch import simulate
+from simulator import simulate
 
 ONLY = "replica_skew"
 

@@ -13,9 +13,10 @@ import duckdb
 import pytest
 from conftest import RunningService, service_settings
 
+from simulator import simulate
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from tailwatch import cli, simulate
+from tailwatch import cli
 from tailwatch.client import Target
 
 DATASETS = ("requests", "scores", "spans")

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from detectors.base import Detection, Window
 from detectors.figure_gauges import FigureGauges, figure_help
 from detectors.registry import REGISTRY
-from tailwatch import simulate
+from simulator import simulate
 
 # Every detector's figures shown as gauges, with the columns that name a row's group. Written out here
 # rather than taken from the code under test, so a change of the label rule fails this test.

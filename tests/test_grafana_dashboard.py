@@ -16,7 +16,7 @@ from conftest import RunningService, service_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.engine_names import ENGINE_METRICS, VLLM_METRICS, Kind
-from tailwatch import simulate
+from simulator import simulate
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "tailwatch.json"
 SCENARIOS = ["noisy_neighbor", "replica_drift", "quantization_regression", "long_context"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import urllib.request
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -16,19 +18,21 @@ from typing import Any
 
 import pytest
 from conftest import RunningService, service_settings
+from waiting import HANG_GUARD
 
 from detectors.clusters import EXPLAINED
-from tailwatch import simulate
+from simulator import engine_metrics, model, scenarios, simulate
+from tailwatch import cli
 
-R3 = simulate.pod("r3")
-R1 = simulate.pod("r1")
-NS = simulate.NS
+R3 = model.pod("r3")
+R1 = model.pod("r1")
+NS = model.NS
 # scenario -> (the alerts it may raise, the one that must fire with its labels, the top cluster)
 EXPECTED: dict[str, tuple[set[str], str, dict[str, str], dict[str, str] | list[dict[str, str]]]] = {
     "decode_jitter": (
         {"token_latency"},
         "token_latency",
-        {"deployment": simulate.DEPLOYMENT},
+        {"deployment": model.DEPLOYMENT},
         {"batch_prefill": "4k+"},
     ),
     "kv_eviction": ({"cache_curve"}, "cache_curve", {"bucket": "low"}, {"cache_bucket": "low"}),
@@ -122,7 +126,7 @@ def simulate_and_detect(
         simulate.run(names, endpoint=endpoint, protocol=protocol, emitter=emitter, **shape)
         detection = svc.service.detection
         assert detection is not None
-        sent = len(simulate.requests(names, emitter=emitter, **shape))
+        sent = len(scenarios.requests(names, emitter=emitter, **shape))
         assert svc.rows("SELECT count(*) FROM llm_requests") == [(sent,)]  # every simulated request arrived
         results = detection.run(end + timedelta(seconds=30))
         clusters = [json.loads(row[0]) for row in svc.rows("SELECT signature FROM clusters ORDER BY rank")]
@@ -208,8 +212,8 @@ def test_steady_traffic_fires_nothing(db_path: Path, emitter: str, protocol: str
 def test_a_seed_repeats_the_same_requests() -> None:
     end = datetime(2026, 11, 20, 12, 0)
     kwargs = {"seed": 3, "end": end, "history_hours": 0.5, "history_rate": 0.2, "rate": 2.0}
-    assert simulate.requests(["kv_eviction"], **kwargs) == simulate.requests(["kv_eviction"], **kwargs)
-    assert simulate.requests(["kv_eviction"], **kwargs) != simulate.requests(["kv_eviction"], **{**kwargs, "seed": 4})
+    assert scenarios.requests(["kv_eviction"], **kwargs) == scenarios.requests(["kv_eviction"], **kwargs)
+    assert scenarios.requests(["kv_eviction"], **kwargs) != scenarios.requests(["kv_eviction"], **{**kwargs, "seed": 4})
 
 
 def test_a_seed_repeats_the_same_engine_metrics() -> None:
@@ -217,10 +221,10 @@ def test_a_seed_repeats_the_same_engine_metrics() -> None:
     kwargs: dict[str, Any] = {"end": end, "history_hours": 0.2, "history_rate": 0.2, "rate": 2.0, "emitter": "vllm"}
 
     def scrapes(seed: int) -> list[bytes]:
-        engine = simulate.Engine(seed)
-        for r in simulate.requests(["kv_eviction"], seed=seed, **kwargs):
+        engine = engine_metrics.Engine(seed)
+        for r in scenarios.requests(["kv_eviction"], seed=seed, **kwargs):
             engine.add(r)
-        return [m.SerializeToString() for m in engine.scrapes(engine.last_end() + simulate.INTERVAL_NS)]
+        return [m.SerializeToString() for m in engine.scrapes(engine.last_end() + model.INTERVAL_NS)]
 
     assert scrapes(3) == scrapes(3)
     assert scrapes(3) != scrapes(4)
@@ -232,14 +236,14 @@ def points(requests: list[Any]) -> dict[tuple[int, str], Any]:
     for request in requests:
         for rm in request.resource_metrics:
             resource = {kv.key: kv.value.string_value for kv in rm.resource.attributes}
-            assert resource["k8s.pod.name"] == simulate.pod("r0")
-            assert resource["service.name"] == simulate.DEPLOYMENT
+            assert resource["k8s.pod.name"] == model.pod("r0")
+            assert resource["service.name"] == model.DEPLOYMENT
             times = set()
             for m in rm.scope_metrics[0].metrics:
                 data = getattr(m, m.WhichOneof("data"))
                 [dp] = data.data_points
                 assert {kv.key: kv.value.string_value for kv in dp.attributes} == {
-                    "model_name": simulate.MODEL, "engine": "0"
+                    "model_name": model.MODEL, "engine": "0"
                 }  # fmt: skip
                 times.add(dp.time_unix_nano)
                 if m.WhichOneof("data") == "histogram":
@@ -254,14 +258,14 @@ def points(requests: list[Any]) -> dict[tuple[int, str], Any]:
 def test_the_engine_metrics_count_what_the_replica_served() -> None:
     # One request on r0: arrives 1 s after a scrape at t, waits 6 s, prefills 0.5 s (10% of its 1000
     # prompt tokens uncached), then decodes 101 tokens 35 ms apart, finishing at t + 11 s.
-    t = simulate.scrape_floor("r0", 1_800_000_000 * NS)
+    t = model.scrape_floor("r0", 1_800_000_000 * NS)
     r = replace(
-        simulate.healthy(random.Random(1), datetime(2027, 1, 1)),
+        model.healthy(random.Random(1), datetime(2027, 1, 1)),
         replica="r0", end=datetime.fromtimestamp(t / NS + 11, UTC).replace(tzinfo=None), prompt_tokens=1000,
         output_tokens=101, cache_hit_ratio=0.9, queue_ms=6000.0, prefill_ms=500.0, tpot_ms=35.0,
     )  # fmt: skip
     assert abs(r.span_ns()[0] - (t + NS)) < 1000
-    engine = simulate.Engine(1)
+    engine = engine_metrics.Engine(1)
     engine.add(r)
     p = points(engine.scrapes(t + 15 * NS))
     s = 5 * NS
@@ -278,7 +282,7 @@ def test_the_engine_metrics_count_what_the_replica_served() -> None:
         p[t, "vllm:iteration_tokens_total"], p[t + 3 * s, "vllm:iteration_tokens_total"]
     )  # fmt: skip
     assert sum_after - sum_before == 201
-    assert count_after - count_before == round(4 * NS / simulate.STEP_NS)
+    assert count_after - count_before == round(4 * NS / engine_metrics.STEP_NS)
     assert 0.4 <= p[t, "vllm:kv_cache_usage_perc"] <= 0.7
 
 
@@ -371,3 +375,47 @@ def test_two_runs_with_the_same_seed_but_other_scenarios_both_arrive_in_full(db_
         # Repeating a run exactly is a retry: its spans are not stored twice.
         simulate.run(["noisy_neighbor"], endpoint=svc.grpc_target, protocol="grpc", **shape)  # type: ignore[arg-type]
         assert svc.rows("SELECT count(*) FROM llm_requests") == [(sent,)]
+
+
+# `tailwatch COMMAND ...` in an install without the simulate extra: the SDK and its exporters cannot be imported.
+WITHOUT_THE_SDK = """
+import sys
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter")):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+from tailwatch.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def without_the_sdk(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_THE_SDK, *argv], capture_output=True, text=True, check=False, timeout=HANG_GUARD
+    )
+
+
+def test_simulate_without_the_sdk_says_in_one_line_how_to_install_it() -> None:
+    sending = without_the_sdk("simulate", "--scenario", "steady", "--endpoint", "127.0.0.1:9")
+    assert (sending.returncode, sending.stdout) == (1, "")
+    assert sending.stderr == (
+        "tailwatch: simulate sends through the OpenTelemetry SDK, which is not installed (no module "
+        "opentelemetry.sdk); install it with scripts/setup or pip install 'tailwatch[simulate]'\n"
+    )
+
+
+def test_simulate_without_the_sdk_still_lists_its_scenarios() -> None:
+    listing = without_the_sdk("simulate", "--scenario", "x", "--list")
+    assert (listing.returncode, listing.stderr) == (0, "")
+    assert listing.stdout.splitlines() == [f"{name}: {s.truth}" for name, s in scenarios.SCENARIOS.items()]
+
+
+def test_the_simulate_help_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # unwrapped
+    assert f"Scenarios: {', '.join(scenarios.SCENARIOS)}. Combine them with commas." in shown

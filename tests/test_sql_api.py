@@ -22,8 +22,8 @@ import trustme
 from conftest import RunningService, service_settings
 from waiting import HANG_GUARD, join
 
+from simulator import scenarios, simulate
 from storage.duckdb.analyst import AnalystQueries
-from tailwatch import simulate
 
 
 def sql(
@@ -296,7 +296,7 @@ def test_queries_run_while_a_client_streams_spans_and_both_succeed(tmp_path: Pat
             answered += 1
         join(streamer, "the simulated client to finish")
         assert answered >= 2
-        expected = len(simulate.requests(["steady"], seed=3, end=end, history_hours=0.5, history_rate=1.0, rate=5.0))
+        expected = len(scenarios.requests(["steady"], seed=3, end=end, history_hours=0.5, history_rate=1.0, rate=5.0))
         assert json.loads(sql(svc, "SELECT count(*) FROM llm_requests")[2])["rows"] == [[expected]]
         assert sent and sent[0] > 0
 

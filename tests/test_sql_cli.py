@@ -13,7 +13,8 @@ import pytest
 from conftest import RunningService, service_settings
 from serverproc import ServerProcess
 
-from tailwatch import cli, simulate
+from simulator import simulate
+from tailwatch import cli
 from tailwatch.client import Target
 
 END = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(minutes=5)

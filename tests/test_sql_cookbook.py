@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import RunningService, service_settings
 
-from tailwatch import simulate
+from simulator import simulate
 
 DOC = (Path(__file__).parent.parent / "docs" / "sql.md").read_text()
 SCENARIOS = ["morning_burst", "noisy_neighbor", "replica_drift", "kv_eviction"]

@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
-from tailwatch import simulate  # noqa: E402
+from simulator import simulate  # noqa: E402
 
 MESSAGES: dict[str, Any] = {
     "traces": ExportTraceServiceRequest,

@@ -1,4 +1,5 @@
-"""`tailwatch simulate`'s scenarios: each plants one cause in the requests of its fault window."""
+"""`tailwatch simulate`'s scenarios, each planting one cause in the requests of its fault window, and the
+requests of a run: healthy history, then the fault window with every named scenario applied."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from tailwatch.simulate_model import INTERVAL_NS, REPLICAS, Request, _ns, _score, healthy, pod, scrape_floor
+from simulator.model import INTERVAL_NS, REPLICAS, Request, draw_score, healthy, pod, scrape_floor, unix_ns
 
 # --- scenarios: each changes requests in the fault window ------------------------------------------
 
@@ -30,22 +31,22 @@ def _kv_eviction(rng: random.Random, r: Request) -> Request:
         ratio, quality = rng.uniform(0.56, 0.84), 0.81
     else:
         return r
-    scores = {"json_adherence": _score(rng, quality), "groundedness": _score(rng, quality + 0.02)}
+    scores = {"json_adherence": draw_score(rng, quality), "groundedness": draw_score(rng, quality + 0.02)}
     return replace(r, cache_hit_ratio=ratio, prefill_ms=r.prefill_ms * (2 - ratio), scores=scores)
 
 
 def _replica_drift(rng: random.Random, r: Request) -> Request:
     # One replica loses points on structured output (a bad weight reload, a stale LoRA).
     if r.replica == "r3":
-        return replace(r, scores={**r.scores, "json_adherence": _score(rng, 0.82)})
+        return replace(r, scores={**r.scores, "json_adherence": draw_score(rng, 0.82)})
     return r
 
 
 def _quantization_regression(rng: random.Random, r: Request) -> Request:
     # Half the fleet serves an int4 build that calls tools less correctly.
     if r.replica in ("r2", "r3"):
-        return replace(r, quantization="int4", scores={**r.scores, "tool_call_correctness": _score(rng, 0.80)})
-    return replace(r, scores={**r.scores, "tool_call_correctness": _score(rng, 0.90)})
+        return replace(r, quantization="int4", scores={**r.scores, "tool_call_correctness": draw_score(rng, 0.80)})
+    return replace(r, scores={**r.scores, "tool_call_correctness": draw_score(rng, 0.90)})
 
 
 def _long_context(rng: random.Random, r: Request) -> Request:
@@ -56,7 +57,7 @@ def _long_context(rng: random.Random, r: Request) -> Request:
             r,
             prompt_tokens=prompt,
             prefill_ms=40 + prompt / 25,
-            scores={**r.scores, "groundedness": _score(rng, 0.76)},
+            scores={**r.scores, "groundedness": draw_score(rng, 0.76)},
         )
     return r
 
@@ -81,7 +82,7 @@ def _kv_eviction_episodes(rng: random.Random, start: datetime, end: datetime) ->
     # evicting (hits 0.05-0.45, KV 0.95+, preemptions, scores 0.68), 20% under pressure (hits 0.60-0.80,
     # KV ~0.9, scores 0.81). The joined ratio is the replica's over the request's lifetime, so a request
     # inside an episode gets the episode's ratio, and one at its edge a mix of two.
-    start_ns, end_ns = _ns(start), _ns(end)
+    start_ns, end_ns = unix_ns(start), unix_ns(end)
     episodes: dict[str, list[tuple[int, int, str, float, float]]] = {}
     for replica in REPLICAS:
         at = scrape_floor(replica, start_ns, end_ns) + INTERVAL_NS
@@ -103,7 +104,7 @@ def _kv_eviction_episodes(rng: random.Random, start: datetime, end: datetime) ->
         _, _, bucket, mean, kv = episode
         ratio = min(0.99, max(0.01, rng.gauss(mean, 0.02)))
         quality = 0.68 if bucket == "low" else 0.81
-        scores = {"json_adherence": _score(rng, quality), "groundedness": _score(rng, quality + 0.02)}
+        scores = {"json_adherence": draw_score(rng, quality), "groundedness": draw_score(rng, quality + 0.02)}
         return replace(
             r,
             cache_hit_ratio=ratio,
@@ -158,7 +159,7 @@ def _morning_burst(rng: random.Random, start: datetime, end: datetime, rate: flo
             r,
             queue_depth=rng.randint(60, 90),
             queue_ms=r.queue_ms + rng.uniform(1_000, 4_000),
-            scores={"json_adherence": _score(rng, 0.70), "groundedness": _score(rng, 0.74)},
+            scores={"json_adherence": draw_score(rng, 0.70), "groundedness": draw_score(rng, 0.74)},
         )
 
 
@@ -210,3 +211,31 @@ SCENARIOS = {
         ),
     )
 }
+
+
+def requests(
+    names: list[str], *, seed: int, end: datetime, history_hours: float, history_rate: float, rate: float,
+    window_minutes: float = 5.0, emitter: str = "attributes",
+) -> list[Request]:  # fmt: skip
+    """History (healthy) then the fault window with every named scenario applied, sorted by end time.
+    For the vllm emitter a scenario's `engine_fault`, when it has one, replaces its per-request fault."""
+    rng = random.Random(seed)
+    window_start = end - timedelta(minutes=window_minutes)
+    history = [
+        healthy(rng, at)
+        for at in _poisson(rng, window_start - timedelta(hours=history_hours), window_start, history_rate)
+    ]
+    scenarios = [SCENARIOS[n] for n in names]
+    stream = next((s.stream for s in scenarios if s.stream), None)
+    window = list(
+        stream(rng, window_start, end, rate)
+        if stream
+        else (healthy(rng, at) for at in _poisson(rng, window_start, end, rate))
+    )
+    for scenario in scenarios:
+        fault = scenario.fault
+        if emitter == "vllm" and scenario.engine_fault is not None:
+            fault = scenario.engine_fault(rng, window_start, end)
+        if fault is not None:
+            window = [fault(rng, r) for r in window]
+    return sorted(history + window, key=lambda r: r.end)  # fmt: skip

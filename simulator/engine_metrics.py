@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
-from tailwatch.simulate_model import DEPLOYMENT, INTERVAL_NS, MODEL, NS, REPLICAS, Request, pod, scrape_floor
+from simulator.model import DEPLOYMENT, INTERVAL_NS, MODEL, NS, REPLICAS, Request, pod, scrape_floor
 
 # What the Collector's prometheus receiver calls itself in the scope of the metrics it forwards.
 SCRAPE_SCOPE = ("github.com/open-telemetry/opentelemetry-collector-contrib/receiver/prometheusreceiver", "0.139.0")

@@ -1,5 +1,5 @@
-"""The simulator's request model and what its modules share: the fleet, a healthy request, where the
-Collector's scrapes fall, and the seeded ids and span exporter both emitters send with."""
+"""The simulator's request model and what its modules share: the fleet, a healthy request, and where the
+Collector's scrapes fall."""
 
 from __future__ import annotations
 
@@ -7,11 +7,6 @@ import math
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
-
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEPLOYMENT = "vllm-llama8b"
@@ -54,7 +49,7 @@ class Request:
 
     def span_ns(self) -> tuple[int, int]:
         """Arrival and finish in Unix nanoseconds, as both emitters send them."""
-        end_ns = int(self.end.replace(tzinfo=UTC).timestamp() * NS)
+        end_ns = unix_ns(self.end)
         return end_ns - int(self.e2e_ms * 1e6), end_ns
 
 
@@ -76,15 +71,17 @@ def healthy(rng: random.Random, end: datetime, tenants: dict[str, float] = TENAN
         replica_count=len(REPLICAS),
         prefill_in_batch=rng.randint(200, 2500),
         quantization="fp16",
-        scores={"json_adherence": _score(rng, 0.88), "groundedness": _score(rng, 0.90)},
+        scores={"json_adherence": draw_score(rng, 0.88), "groundedness": draw_score(rng, 0.90)},
     )
 
 
-def _score(rng: random.Random, mean: float) -> float:
+def draw_score(rng: random.Random, mean: float) -> float:
+    """A quality score near `mean`, as a judge gives it, within [0, 1]."""
     return min(1.0, max(0.0, rng.gauss(mean, 0.03)))
 
 
-def _ns(at: datetime) -> int:
+def unix_ns(at: datetime) -> int:
+    """A naive UTC time in Unix nanoseconds, as spans and metric points carry it."""
     return int(at.replace(tzinfo=UTC).timestamp() * NS)
 
 
@@ -98,22 +95,3 @@ def scrape_floor(replica: str, at_ns: int, anchor_ns: int = 0) -> int:
     end) plus the replica's offset, every interval: placed by the run, not the wall clock, so a seed
     repeats which requests a scrape sees."""
     return at_ns - (at_ns - anchor_ns - scrape_offset_ns(replica)) % INTERVAL_NS
-
-
-class SeededIds(IdGenerator):
-    """Span and trace ids from the scenario's seed, so a run repeats exactly."""
-
-    def __init__(self, seed: int) -> None:
-        self._rng = random.Random(seed ^ 0x5EED)
-
-    def generate_span_id(self) -> int:
-        return self._rng.getrandbits(64) or 1
-
-    def generate_trace_id(self) -> int:
-        return self._rng.getrandbits(128) or 1
-
-
-def _span_exporter(endpoint: str, protocol: str) -> Any:
-    if protocol == "grpc":
-        return GrpcExporter(endpoint=endpoint, insecure=True)
-    return HttpExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")

@@ -24,11 +24,11 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind
 
-from tailwatch.simulate_engine import Engine
-from tailwatch.simulate_model import DEPLOYMENT, INTERVAL_NS, MODEL, NS, Request, SeededIds, _span_exporter, pod
+from simulator.engine_metrics import Engine
+from simulator.model import DEPLOYMENT, INTERVAL_NS, MODEL, NS, Request, pod
+from simulator.span_export import tracer_provider
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 
@@ -153,12 +153,12 @@ class VllmSender:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
     def _tracer(self, resource: dict[str, str], scope: str) -> Any:
-        provider = TracerProvider(
-            resource=Resource.create({**resource, "service.instance.id": self._instance_id()}),
-            id_generator=SeededIds(self._ids + len(self._providers)),
+        provider = tracer_provider(
+            {**resource, "service.instance.id": self._instance_id()},
+            self._ids + len(self._providers),
+            self._endpoint,
+            self._protocol,
         )
-        exporter = _span_exporter(self._endpoint, self._protocol)
-        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536, max_export_batch_size=1024))
         self._providers.append(provider)
         return provider.get_tracer(scope)
 
