@@ -1,5 +1,6 @@
-"""What the service process leaves unloaded: Alembic and SQLAlchemy (the migration runs in a child), and
-pandas (installed for chDB; pyarrow would import it only to ask whether a value is a pandas object)."""
+"""What the service process leaves unloaded: Alembic and SQLAlchemy (the migration runs in a child),
+pandas (installed for chDB; pyarrow would import it only to ask whether a value is a pandas object), and the
+simulator with the OpenTelemetry SDK it sends through (the simulate extra, which a service may not have)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from storage.duckdb import migrate
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 NOT_IN_THE_SERVICE = ("/pandas/", "/sqlalchemy/")  # both load shared objects, so /proc/<pid>/maps shows them
+# Pure Python, so only the interpreter's import log shows them.
+SIMULATE_EXTRA = ("simulator", "opentelemetry.sdk", "opentelemetry.exporter")
 
 
 def loaded_from(pid: int) -> set[str]:
@@ -61,6 +64,26 @@ def test_a_fresh_file_is_migrated_and_served_without_alembic_sqlalchemy_or_panda
         assert migrate.current_revision(con) == migrate.HEAD
     finally:
         con.close()
+
+
+def imported(log: str) -> set[str]:
+    """Every module `-X importtime` logged, from the service and each process it started."""
+    return {line.rsplit("|", 1)[1].strip() for line in log.splitlines() if line.startswith("import time:")}
+
+
+def test_the_service_imports_neither_the_simulator_nor_the_opentelemetry_sdk(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with ServerProcess(tmp_path / "lean.duckdb", log, PYTHONPROFILEIMPORTTIME="1") as server:
+        server.start()
+        with grpc.insecure_channel(server.grpc_target) as ch:
+            ch.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)(
+                request([span()]).SerializeToString(), timeout=60
+            )
+        assert post(server.api_port, "/v1/detect", {})["results"]
+        assert server.terminate() == 0
+    modules = imported(log.read_text())
+    assert "tailwatch.service" in modules  # the log is the service's
+    assert sorted(m for m in modules if m.startswith(SIMULATE_EXTRA)) == []
 
 
 def test_head_is_the_newest_revision_alembic_finds() -> None:
