@@ -1,12 +1,22 @@
 """Crash cycles: `kill -9` the service every 60 s under full load, ten times, restarting on the same file.
 
-    .venv/bin/python bench/crash_cycles.py [--cycles 10] [--every 60] [--in-flight 4]
+    .venv/bin/python bench/crash_cycles.py [--cycles 10] [--every 60] [--in-flight 4] [--set KEY=VALUE]
 
-Senders act as a retrying exporter: each request (1,000 spans of ~20 attributes) is sent over gRPC until it
-is acknowledged, waiting and resending on any failure (the service is down, refused, or the answer was lost
-with the process). After the last cycle the service is stopped cleanly and the table counted: every
-acknowledged span must be stored exactly once (0 lost, 0 duplicates). Start-up time after each crash (to
-/readyz 200: WAL replay, migrations check, decoder workers) is recorded.
+Senders act as a retrying exporter, `--in-flight` of them at once: each request (1,000 vLLM-style spans of
+~20 attributes, numbered so that every span's id follows from its request's number) is sent over gRPC until
+it is acknowledged, resending on any failure (the service is down, refused, or the answer was lost with the
+process). After the last cycle the service is stopped cleanly and the table checked span by span: every
+span of every acknowledged request must be stored exactly once.
+
+The service runs with its defaults, so the ingest spool is on: a request that arrives while
+`ingest.spool_backlog_spans` spans already wait for the writer is answered once it is synced to the spool,
+before its commit, and the restart after a kill commits what the spool holds past the last commit before it
+takes a request. Each cycle records what the killed process had acknowledged from the spool
+(`tailwatch_spool_acknowledged_spans_total`, read just before the kill), what the restart replayed (its
+WARNING line) and how long it took to be ready (`/readyz` 200: spool and WAL replay, migrations check,
+decoder workers). The run fails (exit 1) if an acknowledged span is lost or stored twice, the last stop
+is not clean, or (the spool on) no span at all was acknowledged from the spool: that run proved nothing
+about it.
 """
 
 from __future__ import annotations
@@ -14,30 +24,27 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-import duckdb
 import grpc
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from builders import request, span
+from acknowledged import NumberedRequests, metrics, tally, total
+from llm_spans import unique_requests
 from serverproc import ServerProcess
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 SPANS_PER_REQUEST = 1000
-
-
-def make_request(n: int) -> bytes:
-    attrs = {
-        "gen_ai.request.model": "meta-llama/Llama-3.1-8B-Instruct", "gen_ai.system": "vllm",
-        "gen_ai.usage.input_tokens": 812, "gen_ai.usage.output_tokens": 240, "tenant.id": "acme",
-        "gen_ai.latency.time_to_first_token": 0.21, "gen_ai.latency.e2e": 3.4, "request": n,
-    }  # fmt: skip
-    return request([span(attributes=attrs) for _ in range(SPANS_PER_REQUEST)]).SerializeToString()
+REPLAYED = re.compile(r"replayed (\d+) spans acknowledged before the last stop from the ingest spool")
 
 
 class Exporter:
@@ -45,11 +52,13 @@ class Exporter:
 
     def __init__(self, target: list[str], in_flight: int) -> None:
         self._target = target  # the current gRPC address; the list is replaced on restart
+        [payload] = unique_requests(1, SPANS_PER_REQUEST, seed=1, t0_ns=time.time_ns())
+        self._requests = NumberedRequests(payload)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.acked: list[int] = []
         self.attempts = 0
-        self._numbers = itertools.count()
+        self._numbers = itertools.count(1)
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(in_flight)]
 
     def start(self) -> None:
@@ -65,7 +74,7 @@ class Exporter:
         while not self._stop.is_set():
             with self._lock:
                 n = next(self._numbers)
-            payload = make_request(n)
+            payload = self._requests.request(n)
             while not self._stop.is_set():
                 with self._lock:
                     self.attempts += 1
@@ -80,54 +89,101 @@ class Exporter:
                 break
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cycles", type=int, default=10)
-    parser.add_argument("--every", type=float, default=60.0)
-    parser.add_argument("--in-flight", type=int, default=4)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="tw-crash-"))
-    db = work / "tailwatch.duckdb"
-    server = ServerProcess(db, work / "serve.log").start(timeout=120)
+@dataclass(frozen=True)
+class Cycle:
+    acknowledged_requests: int  # by the senders, since the first start, when the kill came
+    spool_acknowledged_spans: int  # by the killed process, read just before the kill
+    replayed_spans: int  # committed from the spool by the restart, before it took a request
+    startup_seconds: float
+
+
+def spool_acknowledged(server: ServerProcess) -> int:
+    return round(total(metrics(server.api_port), "tailwatch_spool_acknowledged_spans_total"))
+
+
+def start(db: Path, log: Path, settings: dict[str, str]) -> tuple[ServerProcess, int, float]:
+    """A service on `db`; with the spans its start replayed from the spool and the seconds it took to be ready."""
+    offset = log.stat().st_size if log.exists() else 0
+    began = time.perf_counter()
+    server = ServerProcess(db, log, **settings).start(timeout=300)
+    ready = time.perf_counter() - began
+    with log.open("rb") as f:
+        f.seek(offset)
+        replayed = sum(int(m) for m in REPLAYED.findall(f.read().decode(errors="replace")))
+    return server, replayed, ready
+
+
+def run(
+    work: Path,
+    *,
+    cycles: int,
+    in_flight: int,
+    before_kill: Callable[[Exporter, ServerProcess], None],
+    settings: dict[str, str] | None = None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Kill -9 a loaded service on a database in `work` `cycles` times, each once `before_kill(senders, service)`
+    returns; returns the figures and, under "failures", what broke."""
+    env = settings or {}
+    db, log = work / "tailwatch.duckdb", work / "serve.log"
+    server, _, _ = start(db, log, env)
     target = [server.grpc_target]
-    exporter = Exporter(target, args.in_flight)
+    exporter = Exporter(target, in_flight)
     exporter.start()
-    startups = []
-    for cycle in range(args.cycles):
-        time.sleep(args.every)
-        server.kill()
-        acked = len(exporter.acked)
-        t = time.perf_counter()
-        server = ServerProcess(db, work / "serve.log").start(timeout=300)
-        startups.append(round(time.perf_counter() - t, 2))
-        target[0] = server.grpc_target
-        print(f"cycle {cycle + 1}: killed with {acked} requests acknowledged, back in {startups[-1]} s", flush=True)
-    time.sleep(5)
-    exporter.stop()
-    assert server.terminate() == 0
-    con = duckdb.connect(str(db), read_only=True)
-    stored, distinct = con.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans").fetchone()
-    by_request = dict(con.execute("SELECT (attributes->>'request')::BIGINT, count(*) FROM spans GROUP BY 1").fetchall())
-    con.close()
-    acked = set(exporter.acked)
-    lost = sum(SPANS_PER_REQUEST - by_request.get(n, 0) for n in acked)
-    results = {
-        "cycles": args.cycles,
-        "every_seconds": args.every,
-        "requests_acknowledged": len(acked),
-        "spans_acknowledged": len(acked) * SPANS_PER_REQUEST,
-        "attempts": exporter.attempts,
-        "spans_stored": stored,
-        "lost_acknowledged_spans": lost,
-        "duplicates": stored - distinct,
-        # Stored but never acknowledged: committed just before a kill took the answer with it (the exporter
-        # resent them, and de-duplication kept one copy).
-        "stored_unacknowledged_requests": sorted(set(by_request) - acked),
-        "startup_seconds": startups,
-    }
+    done: list[Cycle] = []
+    try:
+        for number in range(1, cycles + 1):
+            before_kill(exporter, server)
+            spooled = spool_acknowledged(server)
+            server.kill()
+            acked = len(exporter.acked)
+            server, replayed, ready = start(db, log, env)
+            target[0] = server.grpc_target
+            done.append(Cycle(acked, spooled, replayed, round(ready, 2)))
+            say(f"cycle {number}: killed with {acked} requests acknowledged ({spooled} spans of the process's from the "
+                f"spool); {replayed} spans replayed at the restart, ready in {ready:.2f} s")  # fmt: skip
+        before_kill(exporter, server)
+        last_spooled = spool_acknowledged(server)
+    finally:
+        exporter.stop()
+        code = server.terminate()
+    counted = tally(db, exporter.acked, SPANS_PER_REQUEST)
+    results: dict[str, Any] = {
+        "cycles": cycles, "in_flight": in_flight, "settings": env,
+        "requests_acknowledged": len(set(exporter.acked)), "attempts": exporter.attempts, **asdict(counted),
+        "spool_acknowledged_spans": sum(c.spool_acknowledged_spans for c in done) + last_spooled,
+        "replayed_spans": sum(c.replayed_spans for c in done), "exit_code": code,
+        "per_cycle": [asdict(c) for c in done],
+    }  # fmt: skip
+    failures = []
+    if not counted.exactly_once:
+        failures.append(f"acknowledged spans lost ({counted.lost}) or stored twice ({counted.stored_twice})")
+    if code != 0:
+        failures.append(f"the last stop exited {code}")
+    if env.get("TAILWATCH_INGEST__SPOOL", "true").lower() != "false" and not results["spool_acknowledged_spans"]:
+        failures.append("no span was acknowledged from the spool: the run did not cover it")
+    results["failures"] = failures
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--every", type=float, default=60.0, help="seconds of load before each kill")
+    parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a server setting, e.g. ingest.spool=false"
+    )
+    args = parser.parse_args()
+    settings = {"TAILWATCH_" + k.upper().replace(".", "__"): v for k, v in (item.split("=", 1) for item in args.set)}
+    work = Path(tempfile.mkdtemp(prefix="tw-crash-"))
+    results = run(
+        work, cycles=args.cycles, in_flight=args.in_flight, before_kill=lambda *_: time.sleep(args.every),
+        settings=settings,
+    )  # fmt: skip
     print(json.dumps(results, indent=2))
-    if lost or stored != distinct:
-        raise SystemExit(f"acknowledged spans lost ({lost}) or stored twice ({stored - distinct})")
+    if results["failures"]:
+        raise SystemExit("crash cycles failed: " + "; ".join(results["failures"]))
 
 
 if __name__ == "__main__":
