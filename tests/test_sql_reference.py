@@ -29,7 +29,7 @@ def columns(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[str, str]]:
 
 
 def table_macros(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
-    """The table macros the migrations created, with their parameters.
+    """The table macros a migrated database holds (the request model's), with their parameters.
 
     DuckDB lists its own built-in table macros (`histogram`, ...) under schema main too; they live in the
     `system` database, so only this database's macros are kept.

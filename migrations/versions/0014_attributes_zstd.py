@@ -6,8 +6,8 @@ the same column takes it to ~120 (docs/benchmarks.md, storage cost). DuckDB comp
 so inserts cost the same; reading the column decompresses it, and the other columns are read as before.
 
 DuckDB cannot change a column's compression in place, so the table is rebuilt once: the upgrade needs
-free space for a second copy of the spans while it runs. Views and macros name `spans` and are bound
-when used, so they read the rebuilt table unchanged.
+free space for a second copy of the spans while it runs. No view or macro reads `spans` while it does: the
+request model is dropped before a migration and applied again at the newest revision.
 
 Revision ID: 0014
 Revises: 0013

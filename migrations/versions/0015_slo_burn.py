@@ -4,8 +4,8 @@
 rate and the budget left. `slo_burn_minutes` holds each evaluation's own minutes: judged and good
 requests per SLO, group and minute of end_time, and whether the minute was good as a time slice. Later
 evaluations sum these instead of rescanning spans; DuckDB's min-max statistics on `minute` bound that read.
-`slo_status` is the analysts' view of now: per SLO and group, the latest evaluation's budget left and
-its burn rate over each of the default rules' windows, one column each.
+The analysts' view of them, `slo_status`, which this revision once defined, is the request model's
+(storage/request_model/duckdb/80_slo_status.sql).
 
 Revision ID: 0015
 Revises: 0014
@@ -34,22 +34,7 @@ def upgrade() -> None:
             total BIGINT NOT NULL, good_slice BOOLEAN NOT NULL)"""
     )
 
-    # The latest evaluation of each SLO; every group it evaluated is a row.
-    windows = ", ".join(
-        f"max(b.burn_rate) FILTER (WHERE b.burn_window = '{w}') AS burn_{w}" for w in ("5m", "30m", "1h", "6h", "3d")
-    )
-    op.execute(
-        f"""CREATE VIEW slo_status AS
-            WITH latest AS (SELECT slo, max(window_end) AS window_end FROM slo_burn GROUP BY slo)
-            SELECT b.slo, b.tenant_id, b.deployment, b.model, b.window_end, any_value(b.objective) AS objective,
-                   any_value(b.budget_remaining) AS budget_remaining, bool_or(b.breached) AS breached,
-                   any_value(b.severity) AS severity, {windows}
-            FROM slo_burn AS b JOIN latest USING (slo, window_end)
-            GROUP BY b.slo, b.tenant_id, b.deployment, b.model, b.window_end"""
-    )
-
 
 def downgrade() -> None:
-    op.execute("DROP VIEW slo_status")
     op.execute("DROP TABLE slo_burn_minutes")
     op.execute("DROP TABLE slo_burn")

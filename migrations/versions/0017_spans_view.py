@@ -4,10 +4,13 @@ As a virtual column of the table, `attributes` was evaluated by DuckDB on every 
 be, even though it is never stored: measured, that check was nearly half the cost of inserting a span
 (13 µs a span against 7 without it, docs/benchmarks.md). A view computes it only when a query reads it.
 Analysts see the same `spans`, columns in the same order; the writer, retention and the engine-fact
-settling write `span_rows`. The macro that finds unsettled spans by row id reads `span_rows`, whose rows
-have ids (a view's do not).
+settling write `span_rows`.
 
-No row is copied on the way up. The way down rebuilds the table (free space for a second copy).
+The view, which this revision once defined, is the request model's (storage/request_model/duckdb/
+00_spans.sql), applied over the newest tables. Here the table loses its virtual column and its name.
+
+No row is copied on the way up. The way down rebuilds the table with 0016's virtual `attributes` (free
+space for a second copy).
 
 Revision ID: 0017
 Revises: 0016
@@ -21,9 +24,90 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-_GENERATED = "attributes JSON GENERATED ALWAYS AS("
-_NEXT = ', "resource" JSON'  # the column after `attributes`, as DuckDB writes the table back
-_MACRO = "span_engine_facts_between"
+_GENERATED = "attributes JSON GENERATED ALWAYS AS"
+_ANCHOR = '"resource" JSON'  # the column after `attributes`, as DuckDB writes the table back
+
+# Migration 0016's MOVES, restated (a revision never imports another): the attribute, the column that holds
+# its value, and what the column multiplied it by. Bit i is line i.
+_MOVES = [
+    (key, column, int(per[0]) if per else 1)
+    for key, column, *per in (
+        line.split()
+        for line in """
+gen_ai.operation.name operation
+openinference.span.kind operation
+gen_ai.span.kind operation
+fi.span.kind operation
+traceloop.span.kind operation
+llm.request.type operation
+gen_ai.provider.name provider
+gen_ai.system provider
+llm.provider provider
+llm.system provider
+gen_ai.response.model model
+llm.response.model_name model
+llm.model_name model
+langfuse.observation.model.name model
+gen_ai.request.model model
+llm.request.model_name model
+gen_ai.usage.input_tokens input_tokens
+gen_ai.usage.prompt_tokens input_tokens
+llm.token_count.prompt input_tokens
+gen_ai.usage.output_tokens output_tokens
+gen_ai.usage.completion_tokens output_tokens
+llm.token_count.completion output_tokens
+gen_ai.usage.cache_read.input_tokens cached_input_tokens
+llm.token_count.prompt_details.cache_read cached_input_tokens
+gen_ai.usage.cached_tokens cached_input_tokens
+gen_ai.usage.input_tokens.cache_read cached_input_tokens
+gen_ai.usage.cache_read_input_tokens cached_input_tokens
+gen_ai.usage.cache_read_tokens cached_input_tokens
+llm.token_count.prompt_details.cache_input cached_input_tokens
+gen_ai.latency.time_to_first_token ttft_ms 1000
+gen_ai.response.time_to_first_chunk ttft_ms 1000
+gen_ai.server.time_to_first_token ttft_ms
+gen_ai.server.time_per_output_token tpot_ms
+gen_ai.latency.time_in_queue queue_ms 1000
+gen_ai.server.queue_time queue_ms
+gen_ai.latency.time_in_model_prefill prefill_ms 1000
+gen_ai.latency.time_in_model_decode decode_ms 1000
+gen_ai.latency.e2e e2e_ms 1000
+llm.finish_reason finish_reason
+gen_ai.response.finish_reason finish_reason
+llm.response.finish_reason finish_reason
+cluster.queue_depth queue_depth
+vllm.num_requests_waiting queue_depth
+cluster.replica_count replica_count
+llm.vllm.batch_size batch_size
+llm.vllm.prefill_in_batch prefill_tokens_in_batch
+llm.vllm.quantization quantization
+quantization quantization
+llm.vllm.cache_hit_ratio cache_hit_ratio
+tenant.id tenant_id
+tenant_id tenant_id
+replica_id replica_id
+deployment deployment
+""".strip().splitlines()
+    )
+]
+
+
+def _value(column: str, per: int) -> str:
+    return f"{column} / {per}" if per != 1 else column
+
+
+def _rebuild() -> str:
+    """`spans.attributes` as 0016 defined it, the virtual column the way down gives back."""
+    pairs = ", ".join(
+        f"CASE WHEN attributes_moved & {1 << i} <> 0 THEN '\"{k}\":' || to_json({_value(c, per)})::VARCHAR END"
+        for i, (k, c, per) in enumerate(_MOVES)
+    )
+    rest = "attributes_rest::VARCHAR"
+    opening = f"CASE WHEN {rest} = '{{}}' THEN '{{' ELSE left({rest}, -1) || ',' END"
+    return (
+        "CASE WHEN attributes_moved IS NULL OR attributes_moved = 0 THEN attributes_rest "
+        f"ELSE ({opening} || concat_ws(',', {pairs}) || '}}')::JSON END"
+    )
 
 
 def _one(sql: str) -> str:
@@ -40,53 +124,24 @@ def _columns(table: str) -> list[str]:
     return [name for (name,) in rows.fetchall()]
 
 
-def _between(text: str, start: str, end: str) -> str:
-    if start not in text or end not in text[text.index(start) + len(start) :]:
-        raise RuntimeError(f"not defined as expected: {start!r} … {end!r} not found in {text[:200]!r}…")
-    begin = text.index(start) + len(start)
-    return text[begin : text.index(end, begin)]
-
-
 def _quoted(column: str) -> str:
     return f'"{column}"'
 
 
-def _rebind_macro(source: str, target: str) -> None:
-    """Point the settling macro's `FROM <source>` at `target` (it is the macro's only read of spans)."""
-    definition = _one(f"SELECT macro_definition FROM duckdb_functions() WHERE function_name = '{_MACRO}'")
-    before, after = f" FROM {source} WHERE ", f" FROM {target} WHERE "
-    if definition.count(before) != 1:
-        raise RuntimeError(f"{_MACRO} is not defined as expected: {before!r} is not in it once")
-    op.get_bind().exec_driver_sql(
-        f"CREATE OR REPLACE MACRO {_MACRO}(t0, t1) AS TABLE {definition.replace(before, after, 1)}"
-    )
-
-
 def upgrade() -> None:
-    definition = _one("SELECT sql FROM duckdb_tables() WHERE table_name = 'spans'")
-    expression = _between(definition, _GENERATED, _NEXT)[:-1]  # without the closing parenthesis
-    columns = _columns("spans")
     op.execute("ALTER TABLE spans DROP COLUMN attributes")
     op.execute("ALTER TABLE spans RENAME TO span_rows")
-    select = ", ".join(f"({expression}) AS attributes" if c == "attributes" else _quoted(c) for c in columns)
-    # Straight to DuckDB: SQLAlchemy would read the JSON text's `":` as the start of a bind parameter.
-    op.get_bind().exec_driver_sql(f"CREATE VIEW spans AS SELECT {select} FROM span_rows")
-    _rebind_macro("spans", "span_rows")
 
 
 def downgrade() -> None:
-    view = _one("SELECT sql FROM duckdb_views() WHERE view_name = 'spans'")
-    expression = _between(view, "finish_reason, ", " AS attributes, ")
     stored = _columns("span_rows")
     table = _one("SELECT sql FROM duckdb_tables() WHERE table_name = 'span_rows'")
     rebuilt = table.replace("CREATE TABLE span_rows(", "CREATE TABLE spans(", 1)
-    anchor = _NEXT.removeprefix(", ")
-    if anchor not in rebuilt:
-        raise RuntimeError(f"span_rows is not defined as expected: {anchor!r} not found")
-    rebuilt = rebuilt.replace(anchor, f"{_GENERATED}{expression}), {anchor}", 1)
+    if _ANCHOR not in rebuilt:
+        raise RuntimeError(f"span_rows is not defined as expected: {_ANCHOR!r} not found")
+    rebuilt = rebuilt.replace(_ANCHOR, f"{_GENERATED} ({_rebuild()}) VIRTUAL, {_ANCHOR}", 1)
     names = ", ".join(_quoted(c) for c in stored)
-    op.execute("DROP VIEW spans")
+    # Straight to DuckDB: SQLAlchemy would read the JSON text's `":` as the start of a bind parameter.
     op.get_bind().exec_driver_sql(rebuilt)
     op.execute(f"INSERT INTO spans ({names}) SELECT {names} FROM span_rows")
-    _rebind_macro("span_rows", "spans")
     op.execute("DROP TABLE span_rows")

@@ -1,11 +1,11 @@
 """The request model over ClickHouse: the same SQL as the DuckDB backend's, run on the rows a read needs.
 
 The request model (client and server spans of one request counted once, attempts, engine facts joined by
-replica and time) is a set of SQL macros in the DuckDB migrations. Rather than a second copy of those rules
-in ClickHouse's dialect, a read on ClickHouse copies the rows it needs into an in-memory DuckDB migrated
-to the same schema and asks the DuckDB window source there: the same answers by construction (the
-conformance suite holds both backends to it). ClickHouse does the selective part, the window's spans by
-the sorting key and the other spans of the same traces; the pairing runs on those alone.
+replica and time) is a set of DuckDB views and table macros (storage/request_model/duckdb). Rather than a
+second copy of those rules in ClickHouse's dialect, a read on ClickHouse copies the rows it needs into an
+in-memory DuckDB migrated to the same schema and asks the DuckDB window source there: the same answers by
+construction (the conformance suite holds both backends to it). ClickHouse does the selective part, the
+window's spans by the sorting key and the other spans of the same traces; the pairing runs on those alone.
 
 What a read needs: the LLM spans of the traces with a span ending in the window, from up to an hour
 either side (the request model's pairing reach); their scores; engine points from two hours before the
@@ -25,7 +25,6 @@ import pyarrow as pa
 
 from model.columns import ENGINE_JOINED
 from storage.clickhouse.client import ClickHouse
-from storage.clickhouse.request_model import span_level_columns
 from storage.clickhouse.schema import SPAN_JSON_COLUMNS, Column, clickhouse_type, tables_of
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
@@ -33,6 +32,7 @@ from storage.duckdb.engine_facts import FACTS
 from storage.duckdb.reads import DuckDBWindowSource
 from storage.duckdb.stored_attributes import SPAN_ROWS, STORED_ONLY
 from storage.ports import Window
+from storage.request_model.clickhouse import span_level_columns
 
 PAIRING_REACH = timedelta(hours=1)
 ENGINE_REACH = timedelta(hours=2)

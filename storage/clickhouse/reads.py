@@ -14,10 +14,10 @@ import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine, span_columns
-from storage.clickhouse.request_model import interpolate, summary_sql
 from storage.clickhouse.schema import LAYOUTS, Column
 from storage.duckdb.console_reads import ENGINE_MARGIN
 from storage.ports import DetectorHealth, FrameBudget, Requests, RequestSummary, Scores, SloCounts, Window
+from storage.request_model.clickhouse import interpolate, summary_sql
 
 
 def _names(columns: Sequence[Column], skip: tuple[str, ...] = ()) -> str:

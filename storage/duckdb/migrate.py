@@ -1,19 +1,28 @@
-"""Schema migrations of a DuckDB file, and the revision it is at.
+"""Schema migrations of a DuckDB file, the revision it is at, and the request model over its tables.
+
+The migrations (migrations/versions) hold the tables and the data moves. The views and table macros that
+read them, the request model, are SQL files (storage/request_model/duckdb) applied after the migrations
+whenever a file is brought to the newest revision, and dropped before a migration runs: a file below the
+newest revision holds tables only, and the version of Tailwatch whose head it is applies its own model when
+it opens the file.
 
 Alembic and SQLAlchemy take ~50 MiB of a process's memory once imported, and a file already at the
-newest schema needs neither: its revision is one query away. They are imported only when a migration
-runs, and `tailwatch serve` runs that in a child process (`main`), so the service never holds them.
+newest schema needs neither: its revision is one query away, and whether it holds this model one more.
+They are imported only when a migration runs, and `tailwatch serve` runs that in a child process
+(`main`), so the service never holds them.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from types import ModuleType
 
 import duckdb
 
 from storage.duckdb.database import DamagedDatabase, open_database
+from storage.request_model import duckdb_files as request_model
 
 # The newest revision in migrations/versions. A test holds it equal to Alembic's head, so a new migration
 # that forgets to move it fails there.
@@ -42,15 +51,24 @@ def current_revision(con: duckdb.DuckDBPyConnection) -> str | None:
 
 
 def upgrade(con: duckdb.DuckDBPyConnection, revision: str = "head") -> None:
-    """Bring the schema up to `revision` (default: the newest)."""
+    """Bring the schema up to `revision` (default: the newest), with the request model at the newest."""
     if revision in ("head", HEAD) and current_revision(con) == HEAD:
+        request_model.ensure(con)  # a changed model is applied at the next start, with no migration
         return
-    _alembic().upgrade(con, revision)
+    _migrate(con, lambda alembic: alembic.upgrade(con, revision))
 
 
 def downgrade(con: duckdb.DuckDBPyConnection, revision: str) -> None:
-    """Take the schema back down to `revision` ('base' removes everything)."""
-    _alembic().downgrade(con, revision)
+    """Take the schema back down to `revision` ('base' removes everything); below the newest, tables only."""
+    _migrate(con, lambda alembic: alembic.downgrade(con, revision))
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, run: Callable[[ModuleType], None]) -> None:
+    # The model goes first: it reads tables the migrations change, and is written for the newest ones only.
+    request_model.drop(con, request_model.read(con))
+    run(_alembic())
+    if current_revision(con) == HEAD:
+        request_model.ensure(con)
 
 
 def migrated(path: object, before: str | None, after: str | None) -> str:

@@ -11,9 +11,10 @@ What an analyst reads does not change: `->`, `->>` and every JSON function answe
 JSON as sent. What changes is the raw text of `attributes`: the moved keys come after the others, and
 their numbers are written as DuckDB writes them.
 
-Adding an entry to `MOVES` needs a migration that redefines the `spans` view's `attributes` with
-`rebuild_sql()` (tests/test_stored_attributes.py holds the two equal). The canonical column of a moved
-value must never be rewritten in place; settling engine facts writes `engine_*` columns only.
+Adding an entry to `MOVES` needs its pair in the `spans` view's `attributes`
+(storage/request_model/duckdb/00_spans.sql), which is `rebuild_sql()` (tests/test_stored_attributes.py holds
+the two equal). The canonical column of a moved value must never be rewritten in place; settling engine facts
+writes `engine_*` columns only.
 """
 
 from __future__ import annotations

@@ -2,12 +2,13 @@
 
 A request summary (a day's baseline: one row per group) is the read that most needs to stay in ClickHouse,
 so it runs there, over this restatement of the DuckDB macros `llm_span_requests_between` and
-`llm_requests_settled_between` (migrations 0007, 0013): client and server spans of one request counted once,
-the latest attempt carrying the client's id and figures, tenant, provider and operation from the client,
-engine facts from the span when it has settled. The conformance suite and a differential test with client
-and server spans, retries and orphans (tests/test_clickhouse.py) hold it to the DuckDB definition. Reads that
-return requests (their keys must match the scores') and reads joining live engine metrics still run the
-DuckDB definition (storage/clickhouse/evaluator.py).
+`llm_requests_settled_between` (duckdb/30_span_requests.sql and 45_settled_requests.sql beside this module):
+client and server spans of one request counted once, the latest attempt carrying the client's id and figures,
+tenant, provider and operation from the client, engine facts from the span when it has settled. The
+conformance suite and a differential test with client and server spans, retries and orphans
+(tests/test_clickhouse.py) hold it to the DuckDB definition. Reads that return requests (their keys must match
+the scores') and reads joining live engine metrics still run the DuckDB definition
+(storage/clickhouse/evaluator.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,91 @@
+-- The engines' state over time, from the points in `engine_metrics` (docs/engine-metrics.md): what the
+-- request model joins to a request by its replica, deployment and times.
+--
+-- A value is current for two reporting intervals (`interval_s`) after its point. Counters are read as
+-- differences: a drop, or a new start time, is a reset, and counting resumes from the new value. A retried
+-- export's duplicate point counts once.
+
+-- One row per replica and point time: its levels (waiting, running, KV-cache usage, hit rate) and its counters
+-- as running totals from the first point in [t0, t1), so that two rows subtract to the growth between them.
+CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
+    WITH points AS (
+        -- The series is hashed once so the window below sorts integers, not label JSON.
+        SELECT hash(replica_id, deployment, name, attributes) AS series, time, replica_id, deployment, metric, kind,
+               start_time, value, interval_s
+        FROM engine_metrics
+        WHERE metric IS NOT NULL AND replica_id IS NOT NULL
+          AND time >= t0::TIMESTAMP AND time < t1::TIMESTAMP
+    ),
+    increments AS (
+        -- What each point adds: a gauge its level; a counter its growth since the series' previous point
+        -- (a drop, or a new start time, is a reset: it grew by its whole value); a delta point itself.
+        SELECT replica_id, deployment, metric, time, interval_s, kind,
+               CASE WHEN kind = 'gauge' THEN value
+                    WHEN kind = 'delta' THEN value
+                    WHEN prev IS NULL THEN 0
+                    WHEN value < prev OR start_time IS DISTINCT FROM prev_start THEN value
+                    ELSE value - prev END AS amount
+        FROM (
+            SELECT *, lag(time) OVER series AS prev_time, lag(value) OVER series AS prev,
+                   lag(start_time) OVER series AS prev_start
+            FROM points
+            WINDOW series AS (PARTITION BY series ORDER BY time, value)
+        )
+        -- A retried export stores a point twice: the second of a series' points at one time is dropped.
+        WHERE prev_time IS DISTINCT FROM time
+    ),
+    pivoted AS (
+        -- Summed over the replica's series: a data-parallel engine reports one series per rank.
+        SELECT replica_id, deployment, time, max(interval_s) AS interval_s,
+               sum(amount) FILTER (WHERE metric = 'requests_waiting') AS waiting,
+               sum(amount) FILTER (WHERE metric = 'requests_running') AS running,
+               max(amount) FILTER (WHERE metric = 'kv_cache_usage') AS kv_cache_usage,
+               avg(amount) FILTER (WHERE metric = 'cache_hit_rate') AS cache_hit_rate,
+               sum(amount) FILTER (WHERE metric = 'prefix_cache_queries') AS d_queries,
+               sum(amount) FILTER (WHERE metric = 'prefix_cache_hits') AS d_hits,
+               sum(amount) FILTER (WHERE metric = 'preemptions') AS d_preemptions,
+               sum(amount) FILTER (WHERE metric = 'step_tokens_sum') AS d_step_tokens,
+               sum(amount) FILTER (WHERE metric = 'step_tokens_count') AS d_steps
+        FROM increments
+        GROUP BY replica_id, deployment, time
+    )
+    -- Counters as levels that grow from the first point in range: subtract two rows for the growth between.
+    SELECT replica_id, deployment, time, interval_s, waiting, running, kv_cache_usage, cache_hit_rate,
+           sum(d_queries) OVER replica AS cache_queries,
+           sum(d_hits) OVER replica AS cache_hits,
+           sum(d_preemptions) OVER replica AS preemptions,
+           sum(d_step_tokens) OVER replica AS step_tokens,
+           sum(d_steps) OVER replica AS steps
+    FROM pivoted
+    WINDOW replica AS (PARTITION BY replica_id, deployment ORDER BY time
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
+
+-- A deployment's totals as a step function: each replica's latest current value enters when it arrives
+-- (replacing that replica's previous one if still current) and leaves when it goes stale, two reporting
+-- intervals later. `replicas` counts the replicas reporting. The request model restates this body over
+-- the states it has already read (20_span_engine_facts.sql, 40_requests.sql).
+CREATE OR REPLACE MACRO engine_deployment_states_between(t0, t1) AS TABLE
+    WITH s AS (
+        SELECT *, lag(time) OVER r AS prev_time, lag(waiting) OVER r AS prev_waiting, lead(time) OVER r AS next_time
+        FROM engine_states_between(t0, t1)
+        WHERE deployment IS NOT NULL
+        WINDOW r AS (PARTITION BY deployment, replica_id ORDER BY time)
+    ),
+    events AS (
+        SELECT deployment, time,
+               coalesce(waiting, 0)
+               - CASE WHEN time - prev_time <= (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
+                      THEN coalesce(prev_waiting, 0) ELSE 0 END AS d_waiting,
+               CASE WHEN time - prev_time <= (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
+                    THEN 0 ELSE 1 END AS d_replicas
+        FROM s
+        UNION ALL
+        SELECT deployment, time + (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND), -coalesce(waiting, 0), -1
+        FROM s
+        WHERE next_time IS NULL OR next_time - time > (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
+    )
+    SELECT deployment, time,
+           sum(d_waiting) OVER d AS waiting,
+           sum(d_replicas) OVER d AS replicas
+    FROM events
+    WINDOW d AS (PARTITION BY deployment ORDER BY time RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
