@@ -39,8 +39,9 @@ SCRAPE_SECONDS = 1.0
 # vLLM's BatchSpanProcessor sends every 5 s; spans and scrapes reach the database well within this.
 ARRIVAL = 120.0
 PROMPT = "Summarize the standard library's pathlib module in one sentence."
-# The background generation of the quiet phase: long enough to outlast its five short requests.
-LONG_TOKENS = 1800
+# The background generation of the quiet phase: long enough to outlast its five short requests several
+# times over (the model takes 4096 positions), however fast the machine decodes.
+LONG_TOKENS = 3000
 LONG_SECONDS = 600.0
 
 

@@ -6,8 +6,9 @@ vLLM environment's own tokenizers, transformers and torch, so vLLM reads exactly
 
 - tokenizer: a byte-level BPE (4096 tokens) trained on this Python's standard-library sources (text that
   every machine has), with <s>, </s>, <pad> and a small chat template;
-- model: LlamaForCausalLM, hidden 256, 2 layers, 4 heads, 2048 positions, weights drawn from a fixed seed,
-  saved as bf16 safetensors.
+- model: LlamaForCausalLM, hidden 256, 2 layers, 4 heads, weights drawn from a fixed seed, saved as bf16
+  safetensors; 4096 positions, so that one generation can run for the whole of a test phase (a few
+  thousand tokens: seconds on two cores) while other requests come and go.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def model(tok: PreTrainedTokenizerFast) -> LlamaForCausalLM:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,
-        max_position_embeddings=2048,
+        max_position_embeddings=4096,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
