@@ -11,7 +11,7 @@ from functools import cache, partial
 
 from collector.decode import Decoded, Decoder, Encoding, Signal, decode
 from collector.engine_names import EngineNames
-from collector.lean_imports import keep_out
+from collector.kept_out_libraries import keep_out
 from collector.normalize import NormalizeConfig, Plan, build_plan
 
 
@@ -36,7 +36,7 @@ def decode_request(
 
 
 def start_worker(service_pid: int) -> None:
-    """Worker initializer: never load pandas (collector/lean_imports.py), and end with the service."""
+    """Worker initializer: never load pandas (collector/kept_out_libraries.py), and end with the service."""
     keep_out()
     exit_with(service_pid)
 

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from model.columns import MAX_TIME_NS
 
-# Not pa.scalar(None, ...): at import, before the service refuses pandas (collector/lean_imports.py),
+# Not pa.scalar(None, ...): at import, before the service refuses pandas (collector/kept_out_libraries.py),
 # converting a Python value would make pyarrow import it.
 NULL_FLOAT = pa.nulls(1, pa.float64())[0]
 

@@ -1,4 +1,5 @@
-"""Exports for analysts' own tools: what each dataset is, and Parquet written partitioned by date and tenant.
+"""Exports for analysts' own tools: what each dataset is, its rows in the request model's SQL, and Parquet
+written partitioned by date and tenant.
 
 The same record batches come from the service (streamed over the API) or from the file opened
 read-only, and are written here as hive-partitioned Parquet (`date=2026-11-20/tenant_id=acme/...`),
@@ -14,10 +15,24 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from storage.span_layout import STORED_ONLY
+
 # Each dataset's rows whose time is in [since, until), with `date` (UTC day of end_time) and
 # `tenant_id` as the partition columns; NULL tenants go to tenant_id=__HIVE_DEFAULT_PARTITION__.
 # A backend answers them through `AnalystSQL.export`.
 DATASETS = ("spans", "requests", "scores")
+# Each dataset in the request model's SQL (DuckDB's dialect), with `$since` and `$until`: the DuckDB backend runs
+# it on its file, ClickHouse on the request model it evaluates in memory.
+DATASET_SQL = {
+    # `attributes` and the derived columns as read, not how they are stored (storage/duckdb/stored_attributes.py).
+    "spans": f"SELECT * EXCLUDE ({', '.join(STORED_ONLY)}), end_time::DATE AS date FROM spans "
+    "WHERE end_time >= $since AND end_time < $until",
+    "requests": "SELECT *, end_time::DATE AS date FROM llm_requests_between($since, $until)",
+    "scores": """
+        SELECT s.*, r.end_time::DATE AS date, r.tenant_id
+        FROM llm_request_scores_between($since, $until) AS s
+        JOIN llm_requests_between($since, $until) AS r USING (trace_id, span_id)""",
+}
 PARTITIONING = ds.partitioning(pa.schema([("date", pa.date32()), ("tenant_id", pa.string())]), flavor="hive")
 
 

@@ -1,7 +1,8 @@
 """The ports: what the rest of Tailwatch needs from storage, each named for its caller.
 
-A backend (DuckDB today, in `storage.duckdb`) implements these and nothing else is visible to the
-collector, the detectors or the API: no SQL, no connection, no dialect crosses this line. A detector
+A backend (`storage.duckdb`, `storage.clickhouse`) implements these and nothing else is visible to the
+collector, the detectors or the API: no SQL, no connection, no dialect crosses this line (but for the
+service's own tools: `WriteJobs`, `StoreReader`). A detector
 declares what it reads as one of the `Read` values below (which requests, which columns, which
 window) and the detection pass hands that to a `WindowSource`.
 
@@ -11,16 +12,18 @@ Times are naive UTC throughout, like the stored columns.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import polars as pl
 import pyarrow as pa
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -295,6 +298,12 @@ class EvaluationRecord:
     explanations: Mapping[str, str] = field(default_factory=dict)  # by alert_id: stored as the alert's explanation
 
 
+# Figure tables of per-minute counts summed over long windows: a minute counted again (a replay, overlapping
+# windows, an evaluation off the schedule) replaces the count stored before, so a sum never counts it twice.
+# `persist` replaces their rows by minute as well as by window.
+COUNTED_ONCE_PER_MINUTE = frozenset({"slo_burn_minutes"})
+
+
 class DetectorStore(Protocol):
     """Firing state, atomic persistence of an evaluation, and the run log."""
 
@@ -331,6 +340,11 @@ class DetectorHealth:
     last_error: str | None
     failures_24h: int
     runs_24h: int
+
+
+# How far around a trace its replicas' engine metric points are shown (`ConsoleQueries.trace`): a few scrape
+# intervals either side, so the request view's charts show the queue before arrival and after the end.
+TRACE_ENGINE_MARGIN = timedelta(minutes=1)
 
 
 class ConsoleQueries(Protocol):
@@ -420,8 +434,50 @@ class AnalystSQL(Protocol):
         ...
 
 
+# ---- what only some backends have ----------------------------------------------------------------
+
+
+class Lease(Protocol):
+    """Turns at the scheduler's jobs among the processes that share one store: one holds it at a time."""
+
+    def hold(self) -> bool:
+        """Take the lease, or renew it; whether this process holds it now."""
+        ...
+
+    def release(self) -> None:
+        """Give the lease up (at shutdown), so another process takes it without waiting for it to expire."""
+        ...
+
+
+class OtelTracesRows(Protocol):
+    """The `otel_traces` table a user's OpenTelemetry Collector fills, read by follow mode from a cursor."""
+
+    def oldest(self) -> datetime | None: ...
+    def cursor(self) -> datetime | None: ...
+    def advance(self, to: datetime) -> None: ...
+    def walk_rows(
+        self, since: datetime, until: datetime, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]
+    ) -> pa.Table: ...
+
+
+class WriteJobs(Protocol):
+    """Functions run on a backend's one writer, each in a transaction, in order with ingest: a change made as
+    the service itself makes it. The function gets the backend's own connection."""
+
+    def submit(self, fn: Callable[[Any], T]) -> Future[T]: ...
+
+
+class StoreReader(Protocol):
+    """Statements in the backend's own SQL on the service's store, read-only, without the analyst walls: for the
+    service's own tools and tests, never for a client."""
+
+    def rows(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]: ...
+    def arrow(self, sql: str, params: list[Any] | None = None) -> pa.Table: ...
+
+
 class Storage(Protocol):
-    """A backend: every port over one store, and its lifecycle."""
+    """A backend: every port over one store, and its lifecycle. The optional ports are None where a backend
+    has no such thing."""
 
     @property
     def sink(self) -> SpanSink: ...
@@ -441,6 +497,33 @@ class Storage(Protocol):
     def scrape_health(self) -> ScrapeHealth: ...
     @property
     def engine_facts(self) -> EngineFacts: ...
+
+    @property
+    def refusing_writes(self) -> bool:
+        """Whether every write is refused for now (a full disk): readiness says so to load balancers."""
+        ...
+
+    @property
+    def lease(self) -> Lease | None:
+        """Turns at the scheduler's jobs where several processes share the store (ClickHouse); None where one
+        process owns it (a DuckDB file)."""
+        ...
+
+    @property
+    def otel_traces(self) -> OtelTracesRows | None:
+        """The `otel_traces` table a user's Collector fills, where the backend follows one (ClickHouse with
+        `otel_traces: follow`); None otherwise."""
+        ...
+
+    @property
+    def write_jobs(self) -> WriteJobs | None:
+        """The one writer every change goes through, where there is one (DuckDB); None otherwise."""
+        ...
+
+    @property
+    def reader(self) -> StoreReader | None:
+        """Read statements on the service's own store, where they share its connection (DuckDB); None otherwise."""
+        ...
 
     def stop_writes(self) -> None:
         """Commit everything queued and take no more writes. Idempotent."""

@@ -23,8 +23,8 @@ from model.thread_names import name_this_thread
 from storage import export
 from storage.ports import AlertQueries, AnalystSQL, ConsoleQueries, QueryError
 from tailwatch import console as console_pages
-from tailwatch import openapi, results
-from tailwatch.answers import error as _error
+from tailwatch import openapi, result_formats
+from tailwatch.error_body import error as _error
 from tailwatch.routes import ROUTES
 from tailwatch.routing import Args, Handler, Routes, groups
 
@@ -189,17 +189,19 @@ def _format(request: web.Request, body: dict[str, Any]) -> str:
     """json, csv or arrow: the body's `format` field, else the Accept header, else json."""
     if "format" in body:
         fmt = body["format"]
-        if fmt not in results.FORMATS:
-            raise QueryError("bad_request", f"format must be one of {', '.join(results.FORMATS)} (got {fmt!r})")
+        if fmt not in result_formats.FORMATS:
+            raise QueryError("bad_request", f"format must be one of {', '.join(result_formats.FORMATS)} (got {fmt!r})")
         return str(fmt)
     accept = request.headers.get("Accept", "")
     for media in (m.split(";")[0].strip().lower() for m in accept.split(",")):
-        for fmt, mime in results.FORMATS.items():
+        for fmt, mime in result_formats.FORMATS.items():
             if media == mime:
                 return fmt
         if media in ("*/*", "application/*", ""):
             return "json"
-    raise QueryError("not_acceptable", f"cannot answer in {accept!r}; ask for {', '.join(results.FORMATS.values())}")
+    raise QueryError(
+        "not_acceptable", f"cannot answer in {accept!r}; ask for {', '.join(result_formats.FORMATS.values())}"
+    )
 
 
 class _SqlHandlers:
@@ -248,16 +250,25 @@ class _SqlHandlers:
             return _error(500, "internal", "the query failed inside the service; its log has the details")
         payload, content_type, truncated = answer
         return web.Response(
-            body=payload, headers={"Content-Type": content_type, results.TRUNCATED_HEADER: str(truncated).lower()}
+            body=payload,
+            headers={"Content-Type": content_type, result_formats.TRUNCATED_HEADER: str(truncated).lower()},
         )
 
     def _answer(self, statement: str, params: Any, fmt: str) -> tuple[bytes, str, bool]:
         result = self._analyst.run(statement, params)
         if fmt == "csv":
-            return results.to_csv(result.table), "text/csv; charset=utf-8", result.truncated
+            return result_formats.to_csv(result.table), "text/csv; charset=utf-8", result.truncated
         if fmt == "arrow":
-            return results.to_arrow_stream(result.table, result.truncated), results.ARROW_STREAM, result.truncated
-        return results.to_json(result.table, result.types, result.truncated), "application/json", result.truncated
+            return (
+                result_formats.to_arrow_stream(result.table, result.truncated),
+                result_formats.ARROW_STREAM,
+                result.truncated,
+            )
+        return (
+            result_formats.to_json(result.table, result.types, result.truncated),
+            "application/json",
+            result.truncated,
+        )
 
     async def export(self, request: web.Request, args: Args) -> web.StreamResponse:
         """Every row of a dataset in [since, until) as one Arrow IPC stream, sent as DuckDB produces it."""
@@ -309,7 +320,7 @@ class _SqlHandlers:
         if isinstance(first, QueryError):
             await producer
             return _query_error(first)
-        response = web.StreamResponse(headers={"Content-Type": results.ARROW_STREAM})
+        response = web.StreamResponse(headers={"Content-Type": result_formats.ARROW_STREAM})
         await response.prepare(request)
         try:
             item: bytes | QueryError | None = first

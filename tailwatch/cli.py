@@ -12,9 +12,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import duckdb
-
-from storage.duckdb.database import DamagedDatabase, held_by_another_process
 from tailwatch import __version__
 from tailwatch.settings import CONFIG_ENV, Settings, SettingsError, load_settings
 
@@ -288,10 +285,12 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _serve(settings: Settings) -> int:
     if settings.storage.backend == "duckdb":
-        from collector.lean_imports import keep_out
+        from collector.kept_out_libraries import keep_out
 
         keep_out()  # chDB, the only user of pandas, is a ClickHouse backend
-        _migrate_in_a_child(settings)
+        from tailwatch.compose import migrate_in_a_child
+
+        migrate_in_a_child(settings)
     from tailwatch.service import Service  # imported here so `tailwatch --help` stays fast
 
     async def run() -> int:
@@ -315,34 +314,10 @@ def _serve(settings: Settings) -> int:
     return asyncio.run(run())
 
 
-def _migrate_in_a_child(settings: Settings) -> None:
-    """Bring the file to the newest schema in a process of its own, so that the service never imports
-    Alembic and SQLAlchemy (~50 MiB it would hold for its whole life). If the child cannot, the service's
-    own open migrates, or says why it cannot."""
-    import subprocess
-
-    s = settings.storage
-    subprocess.run(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "storage.duckdb.migrate", str(settings.db),
-         "--memory-limit", s.memory_limit, "--threads", str(s.duckdb_threads())],
-        check=False,
-    )  # fmt: skip
-
-
 def _migrate(settings: Settings) -> int:
-    from storage.clickhouse.backend import ClickHouseStorage
-    from storage.clickhouse.schema import SCHEMA_VERSION as CLICKHOUSE_SCHEMA
-    from storage.duckdb.migrate import migrated
-    from tailwatch.compose import open_storage
+    from tailwatch.compose import migrate
 
-    storage = open_storage(settings)
-    if isinstance(storage, ClickHouseStorage):
-        storage.close()
-        print(f"ClickHouse: Tailwatch's tables at schema {CLICKHOUSE_SCHEMA}")
-        return 0
-    before, after = storage.migrated_from, storage.revision()
-    storage.close()
-    print(migrated(settings.db, before, after) if before != after else f"{settings.db}: schema at {after}")
+    print(migrate(settings))
     return 0
 
 
@@ -387,19 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         print(f"tailwatch: {exc.args[0]}", file=sys.stderr)
         return 2
-    except DamagedDatabase as exc:
-        print(f"tailwatch: {exc}", file=sys.stderr)
-        return 4
-    except duckdb.IOException as exc:
-        if held_by_another_process(exc):
-            db = getattr(args, "db", None) or os.environ.get("TAILWATCH_DB") or "the database"
-            print(
-                f"tailwatch: {db} is held by another process (is a `tailwatch serve` running on it?); "
-                "DuckDB allows one process per database file.",
-                file=sys.stderr,
-            )
-            return 3
-        raise
+    except Exception as exc:
+        # Imported only on a failure: the wiring knows which of the store's failures are someone's to fix.
+        from tailwatch.compose import store_failure
+
+        failure = store_failure(exc, getattr(args, "db", None) or os.environ.get("TAILWATCH_DB") or "the database")
+        if failure is None:
+            raise
+        print(f"tailwatch: {failure[1]}", file=sys.stderr)
+        return failure[0]
     return code
 
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from storage import export
 from storage.ports import AnalystSQL, QueryError
-from tailwatch import results
+from tailwatch import result_formats
 from tailwatch.compose import database_held, open_clickhouse_analyst, open_file_analyst
 from tailwatch.settings import Settings
 
@@ -69,10 +69,10 @@ class Target:
         if self.url is not None:
             wire = "arrow" if fmt == "table" else fmt
             response = self._request("/v1/sql", {"sql": statement, "format": wire})
-            truncated = response.headers.get(results.TRUNCATED_HEADER) == "true"
+            truncated = response.headers.get(result_formats.TRUNCATED_HEADER) == "true"
             body = response.read()
             if fmt == "table":
-                return Answer(results.to_text(pa.ipc.open_stream(body).read_all()), truncated)
+                return Answer(result_formats.to_text(pa.ipc.open_stream(body).read_all()), truncated)
             return Answer(body, truncated)
         with self._file() as analyst:
             try:
@@ -80,10 +80,10 @@ class Target:
             except QueryError as exc:
                 raise ClientError(f"{exc.code}: {exc.message}") from None
         if fmt == "table":
-            return Answer(results.to_text(result.table), result.truncated)
+            return Answer(result_formats.to_text(result.table), result.truncated)
         if fmt == "csv":
-            return Answer(results.to_csv(result.table), result.truncated)
-        return Answer(results.to_json(result.table, result.types, result.truncated), result.truncated)
+            return Answer(result_formats.to_csv(result.table), result.truncated)
+        return Answer(result_formats.to_json(result.table, result.types, result.truncated), result.truncated)
 
     def export(self, dataset: str, since: datetime, until: datetime, directory: Path) -> int:
         """Write one dataset's rows in [since, until) under directory/dataset; returns the rows written."""

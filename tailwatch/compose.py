@@ -1,21 +1,25 @@
 """The composition root: settings in, storage and the detection pass out.
 
 `serve`, `detect`, `migrate`, the benchmarks and the tests build their parts here, so there is one
-place that knows which backend a setting selects and how it is configured.
+place that knows which backend a setting selects and how it is configured: the rest of the shell sees
+storage through `storage.ports.Storage`, and what only one backend has through its optional ports.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import duckdb
 from prometheus_client import CollectorRegistry
 
-from collector.follow import Follower
 from collector.metrics import IngestMetrics
 from collector.normalize import build_plan
+from collector.otel_traces_follower import Follower
 from collector.scrape import Scraper
 from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
 from detectors.notify import Notifier
@@ -23,23 +27,33 @@ from storage.clickhouse.analyst import ClickHouseAnalyst
 from storage.clickhouse.backend import ClickHouseStorage
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
-from storage.clickhouse.otel_source import ClickHouseOtelTraces
+from storage.clickhouse.schema import SCHEMA_VERSION as CLICKHOUSE_SCHEMA
 from storage.duckdb import analyst
 from storage.duckdb.backend import DuckDBStorage
-from storage.ports import AnalystSQL
-from tailwatch.settings import Settings
+from storage.duckdb.database import DamagedDatabase, held_by_another_process
+from storage.duckdb.migrate import migrated
+from storage.ports import AnalystSQL, Storage
+from tailwatch.settings import Settings, SettingsError
 
-AnyStorage = DuckDBStorage | ClickHouseStorage
+
+def _dsn(settings: Settings) -> str:
+    dsn = settings.storage.clickhouse.dsn
+    if dsn is None:  # loaded settings refuse clickhouse without one; settings built in code may lack it
+        raise SettingsError("storage.backend is clickhouse but storage.clickhouse.dsn is not set: name the server")
+    return dsn.get_secret_value()
 
 
-def open_storage(settings: Settings, registry: CollectorRegistry | None = None) -> AnyStorage:
+def open_storage(settings: Settings, registry: CollectorRegistry | None = None) -> Storage:
     """The configured store, its schema brought up to date, its writer running."""
+    return _open(settings, registry)
+
+
+def _open(settings: Settings, registry: CollectorRegistry | None = None) -> DuckDBStorage | ClickHouseStorage:
     s, i = settings.storage, settings.ingest
     if s.backend == "clickhouse":
         ch = s.clickhouse
-        assert ch.dsn is not None  # the settings refuse clickhouse without one
         return ClickHouseStorage.open(
-            ch.dsn.get_secret_value(),
+            _dsn(settings),
             otel_table=ch.otel_table,
             receivers_write_otel_table=ch.otel_traces == "write",
             cluster=ch.cluster,
@@ -67,14 +81,51 @@ def open_storage(settings: Settings, registry: CollectorRegistry | None = None) 
     )
 
 
-def follower_of(settings: Settings, storage: AnyStorage) -> Follower | None:
-    """The job that normalizes the rows a user's Collector writes to otel_traces; None unless configured."""
-    ch = settings.storage.clickhouse
-    if not isinstance(storage, ClickHouseStorage) or ch.otel_traces != "follow":
+def migrate(settings: Settings) -> str:
+    """Bring the configured store's schema up to date; says where it now is (`tailwatch migrate`)."""
+    storage = _open(settings)
+    if isinstance(storage, ClickHouseStorage):
+        storage.close()
+        return f"ClickHouse: Tailwatch's tables at schema {CLICKHOUSE_SCHEMA}"
+    before, after = storage.migrated_from, storage.revision()
+    storage.close()
+    return migrated(settings.db, before, after) if before != after else f"{settings.db}: schema at {after}"
+
+
+def migrate_in_a_child(settings: Settings) -> None:
+    """Bring the DuckDB file to the newest schema in a process of its own, so that the service never imports
+    Alembic and SQLAlchemy (~50 MiB it would hold for its whole life). If the child cannot, the service's
+    own open migrates, or says why it cannot."""
+    s = settings.storage
+    subprocess.run(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "storage.duckdb.migrate", str(settings.db),
+         "--memory-limit", s.memory_limit, "--threads", str(s.duckdb_threads())],
+        check=False,
+    )  # fmt: skip
+
+
+def store_failure(exc: BaseException, db: str) -> tuple[int, str] | None:
+    """What a failure of the store means at the command line, as an exit code and one line; None when `exc` is
+    not one. `db` names the database file."""
+    if isinstance(exc, DamagedDatabase):
+        return 4, str(exc)
+    if isinstance(exc, duckdb.IOException) and held_by_another_process(exc):
+        return 3, (
+            f"{db} is held by another process (is a `tailwatch serve` running on it?); "
+            "DuckDB allows one process per database file."
+        )
+    return None
+
+
+def follower_of(settings: Settings, storage: Storage) -> Follower | None:
+    """The job that normalizes the rows a user's Collector writes to otel_traces; None unless the store follows
+    one."""
+    rows = storage.otel_traces
+    if rows is None:
         return None
-    days = settings.storage.retention_days
+    ch, days = settings.storage.clickhouse, settings.storage.retention_days
     return Follower(
-        ClickHouseOtelTraces(storage.client, ch.otel_table, ch.cluster),
+        rows,
         storage.sink,
         build_plan(settings.normalize),
         lag=timedelta(seconds=ch.follow_lag_seconds),
@@ -98,7 +149,7 @@ def notifier(settings: Settings, registry: CollectorRegistry | None = None) -> N
 
 def detection_pass(
     settings: Settings,
-    storage: AnyStorage,
+    storage: Storage,
     *,
     sink: AlertSink | None = None,
     registry: CollectorRegistry | None = None,
@@ -116,7 +167,7 @@ def detection_pass(
 
 def scraper(
     settings: Settings,
-    storage: AnyStorage,
+    storage: Storage,
     *,
     registry: CollectorRegistry | None = None,
     ingest_metrics: IngestMetrics | None = None,
@@ -147,9 +198,7 @@ def open_file_analyst(settings: Settings, path: Path) -> Iterator[AnalystSQL]:
 @contextmanager
 def open_clickhouse_analyst(settings: Settings) -> Iterator[AnalystSQL]:
     """Analyst SQL straight on the configured ClickHouse, under the API's limits; creates nothing there."""
-    dsn = settings.storage.clickhouse.dsn
-    assert dsn is not None  # the settings refuse clickhouse without one
-    client = ClickHouse(dsn.get_secret_value())
+    client = ClickHouse(_dsn(settings))
     evaluator = Evaluator()
     try:
         yield ClickHouseAnalyst(

@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from detectors.detection import DetectionPass
 from storage.ports import ConsoleQueries, QueryError, Window
-from tailwatch import results
-from tailwatch.answers import error
+from tailwatch import result_formats
+from tailwatch.error_body import error
 from tailwatch.routing import Args, Handler
 
 STATIC = Path(__file__).parent / "static"
@@ -122,7 +122,7 @@ def _range(args: Args) -> tuple[datetime, datetime]:
 
 
 def _json(body: Any) -> web.Response:
-    return web.Response(body=results.dumps(body), content_type="application/json")
+    return web.Response(body=result_formats.dumps(body), content_type="application/json")
 
 
 def add_console(
@@ -189,7 +189,7 @@ def add_console(
                 "from": since,
                 "to": until,
                 "config": config,
-                "rows": results.records(table),
+                "rows": result_formats.records(table),
                 "truncated": table.num_rows >= limit,
             }
         )
@@ -243,7 +243,7 @@ def add_console(
         found = await asyncio.to_thread(queries.trace, trace_id, around)
         if found["spans"].num_rows == 0:
             return error(404, "not_found", f"no spans of trace {trace_id}" + (" in that range" if around else ""))
-        return _json({"trace_id": trace_id, **{name: results.records(t) for name, t in found.items()}})
+        return _json({"trace_id": trace_id, **{name: result_formats.records(t) for name, t in found.items()}})
 
     return {
         "console": index, "console_asset": asset, "sign_in": sign_in, "figures": figures, "status": status,

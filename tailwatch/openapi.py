@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from tailwatch import __version__
-from tailwatch.results import FORMATS
+from tailwatch.result_formats import FORMATS
 from tailwatch.routes import OPENAPI_PATH, ROUTES
 from tailwatch.routing import TIME, Json, Routes, groups, refusal
 

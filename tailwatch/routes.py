@@ -10,7 +10,7 @@ from datetime import timedelta
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from storage.export import DATASETS
-from tailwatch.results import ARROW_STREAM, FORMATS, TRUNCATED_HEADER
+from tailwatch.result_formats import ARROW_STREAM, FORMATS, TRUNCATED_HEADER
 from tailwatch.routing import (
     NOW,
     Before,

@@ -14,7 +14,7 @@ from typing import Any, Final, Literal, Protocol
 from aiohttp import web
 
 from storage.ports import QueryError
-from tailwatch.answers import error, instant
+from tailwatch.error_body import error
 
 Json = dict[str, Any]
 # Which part of the service a route belongs to: the SQL routes exist only with an analyst store, the console's
@@ -24,6 +24,17 @@ Handler = Callable[[web.Request, "Args"], Awaitable[web.StreamResponse]]
 
 TIME: Json = {"type": "string", "format": "date-time", "description": "ISO 8601 in UTC, with `Z`."}
 NOW: Final = "now"
+
+
+def instant(text: str, name: str) -> datetime:
+    """An ISO 8601 instant as naive UTC, like the stored columns; a QueryError says what was wrong."""
+    if not text:
+        raise QueryError("bad_request", f"{name} is required (ISO 8601, e.g. 2026-11-20T00:00:00Z)")
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise QueryError("bad_request", f"{name} must be ISO 8601 (got {text!r})") from None
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
 def ref(schema: str) -> Json:

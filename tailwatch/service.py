@@ -21,13 +21,10 @@ from collector.scrape import Scraper
 from detectors.detection import DetectionPass
 from detectors.notify import Notifier
 from detectors.scheduler import schedule
-from storage.clickhouse.backend import ClickHouseStorage
-from storage.duckdb.backend import DuckDBStorage
-from storage.duckdb.readers import Reader
-from storage.duckdb.writer import Writer
+from storage.ports import Storage, StoreReader, WriteJobs
 from tailwatch.api import api_app
-from tailwatch.compose import AnyStorage, detection_pass, follower_of, notifier, open_storage, scraper
-from tailwatch.connections import ConnectionGuard, ConnectionMetrics, MalformedRequestFilter
+from tailwatch.compose import detection_pass, follower_of, notifier, open_storage, scraper
+from tailwatch.connection_limits import ConnectionGuard, ConnectionMetrics, MalformedRequestFilter
 from tailwatch.settings import Settings
 
 log = logging.getLogger("tailwatch")
@@ -51,7 +48,7 @@ class Service:
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
         self.api_port = settings.api_port
-        self._storage: AnyStorage | None = None
+        self._storage: Storage | None = None
         self._pipeline: IngestPipeline | None = None
         self._grpc: GrpcReceiver | None = None
         self._http_runner: web.AppRunner | None = None
@@ -72,20 +69,25 @@ class Service:
         return self._ready and not (self._storage is not None and self._storage.refusing_writes)
 
     @property
-    def storage(self) -> AnyStorage:
-        assert self._storage is not None, "the service is not started"
+    def storage(self) -> Storage:
+        if self._storage is None:
+            raise RuntimeError("the service is not started")
         return self._storage
 
     @property
-    def writer(self) -> Writer:
-        """The one writer of the DuckDB backend: every change to the database goes through `writer.submit`."""
-        assert isinstance(self.storage, DuckDBStorage), "only the DuckDB backend has a writer of jobs"
-        return self.storage.writer
+    def writer(self) -> WriteJobs:
+        """The one writer of the store (DuckDB's): every change to the database goes through `writer.submit`."""
+        jobs = self.storage.write_jobs
+        if jobs is None:
+            raise RuntimeError(f"{_store(self.settings)} has no writer of jobs: only a DuckDB file has one")
+        return jobs
 
-    def reader(self) -> Reader:
-        """Read-only access to the running service's DuckDB database."""
-        assert isinstance(self.storage, DuckDBStorage), "only the DuckDB backend has a reader"
-        return self.storage.reader
+    def reader(self) -> StoreReader:
+        """Read-only access to the running service's store (a DuckDB file's)."""
+        reader = self.storage.reader
+        if reader is None:
+            raise RuntimeError(f"{_store(self.settings)} has no reader: only a DuckDB file has one")
+        return reader
 
     async def start(self) -> None:
         s = self.settings
@@ -168,9 +170,10 @@ class Service:
 
     @property
     def _gate(self) -> Callable[[], bool] | None:
-        """Processes sharing one ClickHouse take turns at the scheduler's jobs by its lease; a DuckDB file has one."""
-        storage = self._storage
-        return storage.lease.hold if isinstance(storage, ClickHouseStorage) else None
+        """Processes sharing one store take turns at the scheduler's jobs by its lease; a store one process owns
+        has none."""
+        lease = self._storage.lease if self._storage is not None else None
+        return lease.hold if lease is not None else None
 
     def _holds(self) -> bool:
         gate = self._gate
@@ -243,8 +246,9 @@ class Service:
         loop = asyncio.get_running_loop()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
-        if isinstance(self._storage, ClickHouseStorage) and self.settings.scheduler:
-            await loop.run_in_executor(None, self._storage.lease.release)
+        lease = self._storage.lease if self._storage is not None else None
+        if lease is not None and self.settings.scheduler:
+            await loop.run_in_executor(None, lease.release)
         if self._scraper is not None:
             await loop.run_in_executor(None, self._scraper.stop)
         # Close both OTLP ports first; requests already inside get `grace` seconds to be answered.

@@ -13,7 +13,7 @@ from detectors.base import Detection, Window
 from detectors.frames import IDS
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from storage.duckdb.reads import DuckDBWindowSource
+from storage.duckdb.window_source import DuckDBWindowSource
 
 
 def assert_fits_migrated_table(

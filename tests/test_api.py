@@ -20,8 +20,10 @@ from prometheus_client import CollectorRegistry
 from test_otlp_http import post
 
 from collector.decode import DEFAULT_DECODER
+from storage.duckdb.alert_queries import DuckDBAlertQueries
+from storage.duckdb.analyst import AnalystQueries
 from storage.duckdb.console_reads import DuckDBConsoleQueries
-from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
+from storage.duckdb.window_source import DuckDBWindowSource
 from tailwatch import openapi
 from tailwatch.api import api_app
 from tailwatch.routes import ROUTES
@@ -176,3 +178,33 @@ def test_figures_without_a_range_cover_the_day_before_now_as_the_document_says(
     params = {p["name"]: p.get("description") for p in doc["paths"]["/v1/figures/{detector}"]["get"]["parameters"]}
     assert params["from"] == "Start of the range (exclusive), by `window_end`; default 24 hours before `to`."
     assert params["to"] == "End of the range (inclusive); default now."
+
+
+def test_an_instant_is_read_as_utc_whatever_its_offset_and_a_missing_or_malformed_one_is_a_bad_request(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    seed_five_alerts_clusters_and_figures(con, [WINDOW_END - timedelta(minutes=5 * i) for i in range(5)])
+    source = DuckDBWindowSource(con)
+    app = api_app(
+        CollectorRegistry(), lambda: True, DuckDBAlertQueries(source), console=DuckDBConsoleQueries(source),
+        analyst=AnalystQueries(con, timeout_seconds=30, max_rows=100),
+    )  # fmt: skip
+    figures = "/v1/figures/token_latency?from={}&to={}"
+    got = asyncio.run(
+        answers(
+            app,
+            [
+                # 13:47 and 13:57 at +02:00 are 11:47 and 11:57 UTC; an instant without an offset is UTC already.
+                figures.format("2026-11-20T13:47:00%2B02:00", "2026-11-20T13:57:00%2B02:00"),
+                figures.format("2026-11-20T11:47:00", "2026-11-20T11:57:00Z"),
+                "/v1/export?dataset=spans&until=2026-11-21T00:00:00Z",
+                figures.format("yesterday", "2026-11-20T11:57:00Z"),
+            ],
+        )
+    )
+    ends = ["2026-11-20T11:50:00Z", "2026-11-20T11:55:00Z"]  # the windows ending in (11:47, 11:57]
+    assert [(status, [r["window_end"] for r in body["rows"]]) for status, body in got[:2]] == [(200, ends)] * 2
+    assert got[2:] == [
+        (400, {"error": {"code": "bad_request", "message": "since is required (ISO 8601, e.g. 2026-11-20T00:00:00Z)"}}),
+        (400, {"error": {"code": "bad_request", "message": "from must be ISO 8601 (got 'yesterday')"}}),
+    ]

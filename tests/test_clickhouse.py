@@ -24,8 +24,8 @@ from test_storage_ports import REQUESTS, SCORES, WINDOW
 from test_thread_names import kernel_names
 from waiting import HANG_GUARD, wait_until
 
-from collector.follow import Follower
 from collector.normalize import NormalizeConfig, build_plan
+from collector.otel_traces_follower import Follower
 from detectors.registry import REGISTRY
 from detectors.scheduler import scheduled_pass
 from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_COLUMNS
@@ -134,21 +134,32 @@ def test_receivers_write_the_exporter_layout_with_attributes_as_text_maps() -> N
         store.close()
 
 
-def test_a_followed_otel_traces_gives_the_same_requests_as_spans_received_over_otlp(tmp_path: Path) -> None:
-    source, follower_store = open_chdb("written"), None
+def written_by_a_collector(requests: list[dict[str, Any]], dsn: str) -> ClickHouse:
+    """A database at `dsn` whose `otel_traces` holds `requests` as a user's Collector writes them (receivers of
+    another database write the exporter's layout, and the rows are copied); returns a client of it."""
+    source = open_chdb("written")
     try:
         rows = []
-        for r in REQUESTS:
+        for r in requests:
             attributes = {"gen_ai.request.model": r["model"], "gen_ai.usage.input_tokens": r["input_tokens"],
                           "gen_ai.usage.output_tokens": r["output_tokens"], "gen_ai.operation.name": "chat",
                           "tenant.id": r["tenant_id"]}  # fmt: skip
             rows.append({**r, "attributes": pl.Series([attributes]).struct.json_encode()[0]})
         store_all(source, pa.Table.from_pylist(rows, schema=SPAN_BATCH_SCHEMA))
         database = f"{source.client.arrow('SELECT currentDatabase() AS d').column(0)[0].as_py()}"
-        follower_dsn = chdb_dsn("followed")
-        admin = ClickHouse(follower_dsn)
+        admin = ClickHouse(dsn)
         admin.command(f"CREATE TABLE otel_traces AS {database}.otel_traces")
         admin.command(f"INSERT INTO otel_traces SELECT * FROM {database}.otel_traces")
+        return admin
+    finally:
+        source.close()
+
+
+def test_a_followed_otel_traces_gives_the_same_requests_as_spans_received_over_otlp(tmp_path: Path) -> None:
+    follower_store = None
+    try:
+        follower_dsn = chdb_dsn("followed")
+        written_by_a_collector(REQUESTS, follower_dsn)
         follower_store = ClickHouseStorage.open(follower_dsn, receivers_write_otel_table=False)
         plan = build_plan(NormalizeConfig())
         follower = Follower(
@@ -172,9 +183,35 @@ def test_a_followed_otel_traces_gives_the_same_requests_as_spans_received_over_o
             expected.select("trace_id", "model", "tenant_id", "input_tokens", "output_tokens").sort("trace_id"),
         )
     finally:
-        source.close()
         if follower_store is not None:
             follower_store.close()
+
+
+def test_a_scheduling_process_follows_the_collectors_table_under_the_lease_and_releases_it_at_shutdown(
+    tmp_path: Path,
+) -> None:
+    # The follow job reads from its cursor to now in one-minute chunks: the rows end two minutes ago, not on
+    # the fixed test day, so a run reads a quarter of an hour whatever the date.
+    shift = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=2) - max(r["end_time"] for r in REQUESTS)
+    recent = [{**r, "start_time": r["start_time"] + shift, "end_time": r["end_time"] + shift} for r in REQUESTS]
+    dsn = chdb_dsn("follows")
+    admin = written_by_a_collector(recent, dsn)
+    settings = service_settings(
+        tmp_path / "unused.duckdb",
+        storage={"backend": "clickhouse", "clickhouse": {"dsn": dsn, "otel_traces": "follow", "follow_lag_seconds": 0}},
+    )
+    observer = ClickHouseLease(admin, holder="observer")
+    with RunningService(settings):
+        wait_until(
+            lambda: int(admin.command("SELECT count() FROM spans")) == len(REQUESTS),
+            "the follow job to store every row the Collector wrote",
+        )
+        # The job ran only once the process held the scheduler's lease.
+        held = observer.current()
+        assert held is not None and held[0] != "observer"
+        assert not ClickHouseLease(admin, holder="successor").hold()
+    # Given up at shutdown: a successor takes it at once instead of waiting out its minute.
+    assert ClickHouseLease(admin, holder="successor").hold()
 
 
 def test_an_existing_otel_traces_of_another_layout_is_refused_naming_the_column() -> None:

@@ -21,7 +21,8 @@ from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from storage.dedup import Identities, RecentSpans, first_in_group, first_occurrences, span_keys
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from storage.duckdb.writer import Writer, WriteResult, WriterMetrics
+from storage.duckdb.writer import Writer, WriteResult
+from storage.writer_metrics import WriterMetrics
 
 WINDOW = 300.0
 T = 1_795_000_000.0  # 2026-11-18, a whole second: ingested_at keeps it exactly

@@ -24,8 +24,8 @@ from model.derived_columns import DERIVATIONS, DERIVED_BITS, DURATION_READ_SQL, 
 from storage.duckdb import migrate
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.database import open_database
-from storage.duckdb.export import DATASET_SQL
-from storage.duckdb.stored_attributes import STORED_ONLY
+from storage.export import DATASET_SQL
+from storage.span_layout import STORED_ONLY
 
 # DERIVATIONS as first given: a stored bit names its entry forever (append only).
 FIRST = ("tpot_ms", "cache_hit_ratio")

@@ -17,7 +17,7 @@ from detectors.frames import IDS
 from detectors.traffic_pattern import LABELS, Config, detect, inputs
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from storage.duckdb.reads import DuckDBWindowSource
+from storage.duckdb.window_source import DuckDBWindowSource
 from storage.ports import Requests, Scores
 
 LOOKBACK = timedelta(seconds=30)

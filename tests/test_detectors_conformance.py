@@ -15,8 +15,8 @@ import pytest
 from detectors.registry import MODULES, REGISTRY, get
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from storage.duckdb.readers import Reader
-from storage.duckdb.reads import DuckDBWindowSource
+from storage.duckdb.sql_reader import Reader
+from storage.duckdb.window_source import DuckDBWindowSource
 from tailwatch.settings import Settings
 
 AT = datetime(2026, 11, 20, 12, 0)

@@ -16,7 +16,7 @@ from detectors.detection import DetectorMetrics
 from detectors.notify import NotifyMetrics
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
-from storage.duckdb.writer import WriterMetrics
+from storage.writer_metrics import WriterMetrics
 from tailwatch.settings import Settings
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -249,7 +249,7 @@ def test_a_request_with_no_engine_metrics_keeps_nulls(storage: Storage) -> None:
 
 @pytest.mark.parametrize("column", ENGINE_JOINED)
 def test_a_read_of_one_engine_column_gives_what_the_whole_request_model_says(storage: Storage, column: str) -> None:
-    # Reads join only the state they need (storage.duckdb.reads picks the macro): the values must not differ.
+    # Reads join only the state they need (storage.duckdb.window_source picks the macro): the values must not differ.
     two_pods(storage)
     spans = [
         request_span(i, f"pod-{'ab'[i % 2]}", T0 + timedelta(seconds=i), T0 + timedelta(seconds=i + 7))

@@ -1,6 +1,8 @@
 """Imports run one way, down the layers (docs/architecture.md), read from every module's source: model at the
-bottom imports none of the service's packages, storage imports only model, collector and detectors see storage
-only through its ports, migrations restate what they need, and only the shell imports the shell."""
+bottom imports none of the service's packages, storage imports only model, a storage backend none of another
+backend (what both use lives in storage/ itself), collector and detectors see storage only through its ports,
+migrations restate what they need, only the shell imports the shell, and of the shell only its wiring
+(tailwatch.compose) names a backend."""
 
 from __future__ import annotations
 
@@ -10,10 +12,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("model", "collector", "storage", "detectors", "migrations", "tailwatch")
+BACKENDS = ("storage.duckdb", "storage.clickhouse")
+WIRING = "tailwatch.compose"
 
 
 def package_of(name: str) -> str:
     return name.partition(".")[0]
+
+
+def backend_of(name: str) -> str | None:
+    return next((b for b in BACKENDS if name == b or name.startswith(b + ".")), None)
 
 
 def imported(tree: ast.Module, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
@@ -36,6 +44,11 @@ def imported(tree: ast.Module, module: str, is_package: bool) -> Iterator[tuple[
 def broken_rule(importer: str, name: str) -> str | None:
     """The rule `importer` breaks by importing `name`, or None."""
     layer, target = package_of(importer), package_of(name)
+    own, other = backend_of(importer), backend_of(name)
+    if own is not None and other is not None and own != other:
+        return f"{own} imports nothing of another backend: what both use lives in storage/"
+    if layer == "tailwatch" and other is not None and importer != WIRING:
+        return f"of the shell only {WIRING} names a backend; the rest sees storage through storage.ports"
     if target not in PACKAGES or target == layer:
         return None
     if layer == "model":
@@ -111,6 +124,24 @@ def test_the_rule_names_the_file_and_import_of_each_planted_violation() -> None:
         "migrations/versions/x.py:1 imports detectors.registry: migrations import none of collector, detectors or "
         "tailwatch"
     ]
+    clickhouse = "from storage.span_layout import SPAN_ROWS\nfrom storage.duckdb.writer import WriterMetrics\n"
+    assert violations(clickhouse, "storage/clickhouse/writer.py", "storage.clickhouse.writer") == [
+        "storage/clickhouse/writer.py:2 imports storage.duckdb.writer.WriterMetrics: storage.clickhouse imports "
+        "nothing of another backend: what both use lives in storage/"
+    ]
+    assert violations("from ..clickhouse import schema\n", "storage/duckdb/x.py", "storage.duckdb.x") == [
+        "storage/duckdb/x.py:1 imports storage.clickhouse.schema: storage.duckdb imports nothing of another backend: "
+        "what both use lives in storage/"
+    ]
+    shell = "from storage.ports import Storage\n\n\ndef f():\n    from storage.duckdb.backend import DuckDBStorage\n"
+    assert violations(shell, "tailwatch/service.py", "tailwatch.service") == [
+        "tailwatch/service.py:5 imports storage.duckdb.backend.DuckDBStorage: of the shell only tailwatch.compose "
+        "names a backend; the rest sees storage through storage.ports"
+    ]
+    assert violations("from storage import clickhouse\n", "tailwatch/cli.py", "tailwatch.cli") == [
+        "tailwatch/cli.py:1 imports storage.clickhouse: of the shell only tailwatch.compose names a backend; the rest "
+        "sees storage through storage.ports"
+    ]
     # Relative imports are resolved against the module: within its own package they are allowed.
     relative = "from ..ports import SpanSink\nfrom . import reads\nfrom .. import ports\n"
     assert violations(relative, "storage/duckdb/writer.py", "storage.duckdb.writer") == []
@@ -125,4 +156,11 @@ def test_what_the_shell_and_the_layers_may_import_is_allowed() -> None:
     layers = "from model.columns import MAX_TIME_NS\nfrom storage.ports import SpanSink\n"
     assert violations(layers, "collector/x.py", "collector.x") == []
     assert violations("from model.attribute_split import MOVES\n", "storage/x.py", "storage.x") == []
+    # Shared modules of storage/ may use a backend (the request evaluator runs DuckDB), and a backend them.
+    shared = "from storage.duckdb.window_source import S\nfrom storage.clickhouse.client import C\n"
+    assert violations(shared, "storage/request_evaluator.py", "storage.request_evaluator") == []
+    assert (
+        violations("from storage.span_layout import SPAN_ROWS\n", "storage/clickhouse/x.py", "storage.clickhouse.x")
+        == []
+    )
     assert violations("from model.columns import SPAN_COLUMNS\n", "migrations/x.py", "migrations.x") == []

@@ -19,9 +19,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import RunningService, service_settings
 from prometheus_client import CollectorRegistry
 
+from storage.duckdb.alert_queries import DuckDBAlertQueries
 from storage.duckdb.analyst import AnalystQueries
 from storage.duckdb.console_reads import DuckDBConsoleQueries
-from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
+from storage.duckdb.window_source import DuckDBWindowSource
 from tailwatch import openapi
 from tailwatch.api import OPEN_PATHS, api_app
 

@@ -26,7 +26,7 @@ from detectors.base import Condition, Detection, DetectorConfig, Window
 from detectors.detection import DetectionPass, DetectorMetrics
 from detectors.registry import REGISTRY, get
 from storage.duckdb.backend import DuckDBStorage
-from storage.duckdb.readers import Reader
+from storage.duckdb.sql_reader import Reader
 from storage.duckdb.writer import Writer
 from storage.ports import FiringAlerts, FrameBudget, Read, Requests, RequestSummary, Scores, SloCounts, WindowSource
 

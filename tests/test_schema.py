@@ -18,8 +18,8 @@ from model.columns import SCORE_COLUMNS, SPAN_COLUMNS, Column
 from storage.duckdb import alembic_scripts
 from storage.duckdb.database import open_database
 from storage.duckdb.migrate import HEAD, downgrade, upgrade
-from storage.duckdb.stored_attributes import SPAN_ROWS
 from storage.request_model import duckdb_files as request_model
+from storage.span_layout import SPAN_ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_SQL = ROOT / "docs" / "schema.sql"

@@ -134,7 +134,7 @@ def test_the_migration_child_leaves_a_file_it_cannot_open_to_the_service(tmp_pat
 
 def test_pandas_kept_out_is_refused_with_a_sentence_and_pyarrow_goes_on_without_it() -> None:
     out = run_python(
-        "from collector.lean_imports import keep_out\n"
+        "from collector.kept_out_libraries import keep_out\n"
         "keep_out()\n"
         "import pyarrow as pa\n"
         "print(pa.array([1.5, None]).null_count)\n"
@@ -145,7 +145,7 @@ def test_pandas_kept_out_is_refused_with_a_sentence_and_pyarrow_goes_on_without_
     )
     assert out.splitlines() == [
         "1",
-        "pandas is not loaded in Tailwatch's service and decoder processes (collector/lean_imports.py)",
+        "pandas is not loaded in Tailwatch's service and decoder processes (collector/kept_out_libraries.py)",
     ]
 
 
@@ -153,7 +153,7 @@ def test_keeping_pandas_out_after_it_was_imported_is_an_error_not_a_silent_no_op
     import_or_skip("pandas", TEST_EXTRA)  # chDB's dependency, so installed with it
     out = run_python(
         "import pandas\n"
-        "from collector.lean_imports import keep_out\n"
+        "from collector.kept_out_libraries import keep_out\n"
         "try:\n"
         "    keep_out()\n"
         "except RuntimeError as exc:\n"

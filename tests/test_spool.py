@@ -21,8 +21,9 @@ from waiting import HANG_GUARD, wait_until
 
 from collector.decode import Encoding, decode_traces
 from storage.duckdb.stored_attributes import with_moved
-from storage.duckdb.writer import Writer, WriterMetrics, to_record
+from storage.duckdb.writer import Writer, to_record
 from storage.spool import Spool, read_spool
+from storage.writer_metrics import WriterMetrics
 
 
 class Synced:

@@ -20,7 +20,7 @@ from model.columns import SPAN_BATCH_SCHEMA
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.detector_store import DuckDBDetectorStore
-from storage.duckdb.reads import DuckDBWindowSource
+from storage.duckdb.window_source import DuckDBWindowSource
 
 CONTRACT_COLUMNS = [
     "trace_id",

@@ -28,8 +28,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator, Needs
-from storage.duckdb.export import DATASET_SQL
-from storage.export import check_export
+from storage.export import DATASET_SQL, check_export
 from storage.ports import Params, QueryError, QueryResult, Window
 
 READING = ("SelectWithUnionQuery", "Explain", "DescribeQuery", "ShowTables", "ShowColumns")

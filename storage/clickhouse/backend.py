@@ -9,6 +9,7 @@ from storage.clickhouse.analyst import ClickHouseAnalyst
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
 from storage.clickhouse.lease import ClickHouseLease
+from storage.clickhouse.otel_source import ClickHouseOtelTraces
 from storage.clickhouse.reads import ClickHouseAlertQueries, ClickHouseConsoleQueries, ClickHouseWindowSource
 from storage.clickhouse.stores import (
     ClickHouseDetectorStore,
@@ -17,7 +18,7 @@ from storage.clickhouse.stores import (
     ClickHouseScrapeHealth,
 )
 from storage.clickhouse.writer import ClickHouseWriter
-from storage.duckdb.writer import WriterMetrics
+from storage.writer_metrics import WriterMetrics
 
 
 class ClickHouseStorage:
@@ -49,6 +50,9 @@ class ClickHouseStorage:
         self.scrape_health = ClickHouseScrapeHealth(client, tables)
         self.engine_facts = ClickHouseEngineFacts(client, evaluator)
         self.lease = ClickHouseLease(client, seconds=lease_seconds, cluster=cluster)
+        self._otel_table = otel_table
+        self._own_otel_table = own_otel_table
+        self._followed: ClickHouseOtelTraces | None = None
         self._evaluator = evaluator
         self._closed = False
 
@@ -60,6 +64,26 @@ class ClickHouseStorage:
     @property
     def sink(self) -> ClickHouseWriter:
         return self.writer
+
+    @property
+    def otel_traces(self) -> ClickHouseOtelTraces | None:
+        """The `otel_traces` a user's Collector fills, when the receivers do not write it (follow mode). Its
+        cursor's table is created at the first use: by the process that follows, not by every receiver."""
+        if self._own_otel_table:
+            return None
+        if self._followed is None:
+            self._followed = ClickHouseOtelTraces(self.client, self._otel_table, self.cluster)
+        return self._followed
+
+    @property
+    def write_jobs(self) -> None:
+        """None: writes are inserts from many processes, with no one writer to queue a change behind."""
+        return None
+
+    @property
+    def reader(self) -> None:
+        """None: reads go through the ports (and the analyst walls), never straight to the server."""
+        return None
 
     @classmethod
     def open(

@@ -15,7 +15,6 @@ and a span of the window is not settled yet; and the traffic labels stored for t
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,17 +25,13 @@ import pyarrow as pa
 from model.columns import ENGINE_JOINED
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import SPAN_JSON_COLUMNS, Column, clickhouse_type, tables_of
-from storage.duckdb import migrate
-from storage.duckdb.database import open_database
-from storage.duckdb.engine_facts import FACTS
-from storage.duckdb.reads import DuckDBWindowSource
-from storage.duckdb.stored_attributes import SPAN_ROWS, STORED_ONLY
 from storage.ports import Window
+from storage.request_evaluator import Evaluation, RequestEvaluator
 from storage.request_model.clickhouse import span_level_columns
+from storage.span_layout import SPAN_ROWS, STORED_ONLY
 
 PAIRING_REACH = timedelta(hours=1)
 ENGINE_REACH = timedelta(hours=2)
-_LOADED = (SPAN_ROWS, "span_scores", "engine_metrics", "traffic_pattern_labels")
 
 
 @dataclass(frozen=True)
@@ -71,49 +66,35 @@ def span_columns(asked: Iterable[str | None]) -> frozenset[str]:
 
 
 class Evaluator:
-    """An in-memory DuckDB at the migrations' head, loaded per read under one lock."""
+    """The request evaluator (storage/request_evaluator.py) with what ClickHouse loads into it for a read, one
+    read at a time, and the ClickHouse tables of its schema."""
 
     def __init__(self) -> None:
-        self._con = open_database(":memory:", memory_limit="2GB", threads=2)
-        migrate.upgrade(self._con)
-        self.tables = tables_of(self._con)
-        self._lock = threading.Lock()
+        self._engine = RequestEvaluator()
+        self.tables = tables_of(self._engine.table_columns())
 
     def close(self) -> None:
-        with self._lock:
-            self._con.close()
+        self._engine.close()
 
     def span_columns_with_json(self) -> list[Column]:
         """Every column of `spans`, the JSON ones too (what the ingest table takes), but how DuckDB stores
         `attributes`: ClickHouse is sent the attributes whole."""
-        rows = self._con.execute(
-            "SELECT column_name, data_type, is_nullable FROM duckdb_columns() WHERE table_name = 'spans' "
-            "ORDER BY column_index"
-        ).fetchall()
-        return [Column(name, clickhouse_type(typ, nullable)) for name, typ, nullable in rows if name not in STORED_ONLY]
+        return [
+            Column(name, clickhouse_type(typ, nullable))
+            for name, typ, nullable in self._engine.view_columns("spans")
+            if name not in STORED_ONLY
+        ]
 
     def _select(self, table: str) -> str:
         return ", ".join(f"`{c.name}`" for c in self.tables[table])
 
     @contextmanager
-    def loaded(self, client: ClickHouse, needs: Needs) -> Iterator[DuckDBWindowSource]:
-        with self._lock:
-            con = self._con
-            for table in _LOADED:
-                con.execute(f"DELETE FROM {table}").fetchall()
-            self._load(client, needs)
-            yield DuckDBWindowSource(con)
+    def loaded(self, client: ClickHouse, needs: Needs) -> Iterator[Evaluation]:
+        with self._engine.emptied() as evaluation:
+            self._load(client, needs, evaluation)
+            yield evaluation
 
-    def _insert(self, table: str, rows: pa.Table) -> None:
-        if rows.num_rows == 0:
-            return
-        self._con.register("_tailwatch_loaded", rows)
-        try:
-            self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tailwatch_loaded").fetchall()
-        finally:
-            self._con.unregister("_tailwatch_loaded")
-
-    def _load(self, client: ClickHouse, needs: Needs) -> None:
+    def _load(self, client: ClickHouse, needs: Needs, evaluation: Evaluation) -> None:
         w = needs.window
         in_window = "is_llm AND end_time >= {s:DateTime64(6)} AND end_time < {e:DateTime64(6)}"
         if needs.trace_id is not None:
@@ -132,17 +113,17 @@ class Evaluator:
             + (f" AND trace_id IN ({traces})" if of_traces else ""),
             params,
         )
-        self._insert(SPAN_ROWS, spans.drop_columns([c for c in SPAN_JSON_COLUMNS if c in spans.column_names]))
+        evaluation.insert(SPAN_ROWS, spans.drop_columns([c for c in SPAN_JSON_COLUMNS if c in spans.column_names]))
         if spans.num_rows == 0:
             return
         if needs.scores:
-            self._insert(
+            evaluation.insert(
                 "span_scores",
                 client.arrow(f"SELECT {self._select('span_scores')} FROM span_scores WHERE trace_id IN ({traces})",
                              params),
             )  # fmt: skip
         if needs.labels:
-            self._insert(
+            evaluation.insert(
                 "traffic_pattern_labels",
                 client.arrow(
                     f"SELECT {self._select('traffic_pattern_labels')} FROM traffic_pattern_labels "
@@ -150,14 +131,14 @@ class Evaluator:
                     params,
                 ),
             )
-        if needs.engine and self._unsettled(w):
-            self._load_engine(client)
+        if needs.engine and evaluation.unsettled(w):
+            self._load_engine(client, evaluation)
 
-    def _load_engine(self, client: ClickHouse) -> None:
+    def _load_engine(self, client: ClickHouse, evaluation: Evaluation) -> None:
         """The engine points the join can reach from the loaded spans."""
-        [(lo, hi)] = self._con.execute("SELECT min(start_time), max(end_time) FROM spans").fetchall()
+        lo, hi = evaluation.span_times()
         reach = ENGINE_REACH + PAIRING_REACH
-        self._insert(
+        evaluation.insert(
             "engine_metrics",
             client.arrow(
                 f"SELECT {self._select('engine_metrics')} FROM engine_metrics "
@@ -168,31 +149,16 @@ class Evaluator:
 
     def settle(self, client: ClickHouse, window: Window) -> pa.Table:
         """The unsettled LLM spans that ended in `window` as `spans` rows with their engine facts stored."""
-        with self._lock:
-            con = self._con
-            for table in _LOADED:
-                con.execute(f"DELETE FROM {table}").fetchall()
+        with self._engine.emptied() as evaluation:
             params = {"s": window.start, "e": window.end}
             spans = client.arrow(
                 f"SELECT {self._select('spans')} FROM spans WHERE is_llm AND engine_settled IS NULL "
                 "AND end_time >= {s:DateTime64(6)} AND end_time < {e:DateTime64(6)}",
                 params,
             )
-            self._insert(SPAN_ROWS, spans)
-            self._load_engine(client)
-            cur = con.cursor()
-            try:
-                return cur.sql(_settle_sql(self.tables["spans"]), params=[window.start, window.end]).to_arrow_table()
-            finally:
-                cur.close()
-
-    def _unsettled(self, w: Window) -> bool:
-        [(unsettled,)] = self._con.execute(
-            "SELECT count(*) FROM spans WHERE engine_settled IS NULL AND end_time >= ? - INTERVAL 1 HOUR "
-            "AND end_time < ? + INTERVAL 1 HOUR",
-            [w.start, w.end],
-        ).fetchall()
-        return bool(unsettled)
+            evaluation.insert(SPAN_ROWS, spans)
+            self._load_engine(client, evaluation)
+            return evaluation.settled(window, [c.name for c in self.tables["spans"]])
 
 
 def _minus(t: datetime | None, d: timedelta) -> datetime:
@@ -201,12 +167,3 @@ def _minus(t: datetime | None, d: timedelta) -> datetime:
 
 def _plus(t: datetime | None, d: timedelta) -> datetime:
     return (t or datetime(1970, 1, 1)) + d
-
-
-def _settle_sql(columns: list[Column]) -> str:
-    facts = {f"engine_{fact}": f"f.{fact}" for fact in FACTS} | {"engine_settled": "true"}
-    select = ", ".join(f"{facts.get(c.name, f's.{c.name}')} AS {c.name}" for c in columns)
-    return (
-        f"SELECT {select} FROM span_engine_facts_between(?::TIMESTAMP, ?::TIMESTAMP) AS f "
-        f"JOIN {SPAN_ROWS} AS s ON s.rowid = f.row_id"
-    )

@@ -15,8 +15,16 @@ import pyarrow as pa
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine, span_columns
 from storage.clickhouse.schema import LAYOUTS, Column
-from storage.duckdb.console_reads import ENGINE_MARGIN
-from storage.ports import DetectorHealth, FrameBudget, Requests, RequestSummary, Scores, SloCounts, Window
+from storage.ports import (
+    TRACE_ENGINE_MARGIN,
+    DetectorHealth,
+    FrameBudget,
+    Requests,
+    RequestSummary,
+    Scores,
+    SloCounts,
+    Window,
+)
 from storage.request_model.clickhouse import interpolate, summary_sql
 
 
@@ -206,6 +214,6 @@ class ClickHouseConsoleQueries:
             "SELECT time, replica_id, name, metric, kind, value, interval_s FROM engine_metrics "
             "WHERE replica_id IN {r:Array(String)} AND time >= {lo:DateTime64(6)} AND time <= {hi:DateTime64(6)} "
             "ORDER BY name, time",
-            {"r": replicas, "lo": min(starts) - ENGINE_MARGIN, "hi": max(ends) + ENGINE_MARGIN},
+            {"r": replicas, "lo": min(starts) - TRACE_ENGINE_MARGIN, "hi": max(ends) + TRACE_ENGINE_MARGIN},
         )
         return {"spans": spans, "requests": requests, "scores": scores, "engine": engine}

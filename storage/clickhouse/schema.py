@@ -17,12 +17,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import duckdb
 import pyarrow as pa
 
 from model.columns import SPAN_COLUMNS
 from storage.clickhouse.client import ClickHouse
-from storage.duckdb.stored_attributes import SPAN_ROWS, STORED_ONLY
+from storage.span_layout import SPAN_ROWS, STORED_ONLY
 
 SCHEMA_VERSION = 1
 
@@ -103,15 +102,9 @@ class Column:
     type: str  # ClickHouse's
 
 
-def tables_of(con: duckdb.DuckDBPyConnection) -> dict[str, list[Column]]:
-    """Every Tailwatch table of a migrated DuckDB database, with its columns as ClickHouse types."""
-    rows = con.execute(
-        """
-        SELECT c.table_name, c.column_name, c.data_type, c.is_nullable
-        FROM duckdb_columns() c JOIN duckdb_tables() t USING (table_name)
-        WHERE c.database_name = current_database() ORDER BY c.table_name, c.column_index
-        """
-    ).fetchall()
+def tables_of(rows: Iterable[tuple[str, str, str, bool]]) -> dict[str, list[Column]]:
+    """Every Tailwatch table of the migrated schema (`RequestEvaluator.table_columns`: table, column, DuckDB type,
+    nullable), with its columns as ClickHouse types."""
     tables: dict[str, list[Column]] = {}
     for stored, name, typ, stored_nullable in rows:
         table = "spans" if stored == SPAN_ROWS else stored  # DuckDB's `spans` is a view of its stored rows

@@ -20,9 +20,8 @@ import pyarrow as pa
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
 from storage.clickhouse.schema import Column, versioned
-from storage.duckdb.detector_store import COUNTED_ONCE_PER_MINUTE
-from storage.duckdb.engine_facts import CHUNK
-from storage.ports import Alert, EvaluationRecord, FiringState, RunRecord, TargetHealth, Window
+from storage.engine_settling import CHUNK
+from storage.ports import COUNTED_ONCE_PER_MINUTE, Alert, EvaluationRecord, FiringState, RunRecord, TargetHealth, Window
 
 _ARROW = {
     "String": pa.string(),

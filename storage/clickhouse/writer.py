@@ -27,9 +27,9 @@ import pyarrow as pa
 from model.thread_names import name_this_thread
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import INGEST_TABLE
-from storage.duckdb.writer import WriterMetrics
 from storage.group_queue import GroupQueue
 from storage.ports import WriteResult
+from storage.writer_metrics import WriterMetrics
 
 log = logging.getLogger(__name__)
 

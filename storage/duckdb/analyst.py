@@ -35,8 +35,7 @@ import duckdb
 import pyarrow as pa
 
 from storage.duckdb.database import held_by_another_process
-from storage.duckdb.export import DATASET_SQL
-from storage.export import check_export
+from storage.export import DATASET_SQL, check_export
 from storage.ports import Params, QueryError, QueryResult
 
 READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}

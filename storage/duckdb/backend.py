@@ -10,16 +10,18 @@ import duckdb
 from prometheus_client import CollectorRegistry
 
 from storage.duckdb import migrate
+from storage.duckdb.alert_queries import DuckDBAlertQueries
 from storage.duckdb.analyst import AnalystQueries, lock_down
 from storage.duckdb.console_reads import DuckDBConsoleQueries
 from storage.duckdb.database import open_database
 from storage.duckdb.detector_store import DuckDBDetectorStore
 from storage.duckdb.engine_facts import DuckDBEngineFacts
-from storage.duckdb.readers import Reader
-from storage.duckdb.reads import DuckDBAlertQueries, DuckDBWindowSource
 from storage.duckdb.retention import delete_expired
 from storage.duckdb.scrape_health import DuckDBScrapeHealth
-from storage.duckdb.writer import Writer, WriterMetrics
+from storage.duckdb.sql_reader import Reader
+from storage.duckdb.window_source import DuckDBWindowSource
+from storage.duckdb.writer import Writer
+from storage.writer_metrics import WriterMetrics
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,20 @@ class DuckDBStorage:
     @property
     def sink(self) -> Writer:
         return self.writer
+
+    @property
+    def write_jobs(self) -> Writer:
+        return self.writer
+
+    @property
+    def lease(self) -> None:
+        """None: one process owns the file, so its scheduler's jobs need no turns."""
+        return None
+
+    @property
+    def otel_traces(self) -> None:
+        """None: a Collector's `otel_traces` is followed only on ClickHouse."""
+        return None
 
     @classmethod
     def open(

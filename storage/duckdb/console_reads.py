@@ -7,13 +7,11 @@ from datetime import datetime, timedelta
 
 import pyarrow as pa
 
-from storage.duckdb.reads import DuckDBWindowSource
-from storage.ports import DetectorHealth, Window
+from storage.duckdb.window_source import DuckDBWindowSource
+from storage.ports import TRACE_ENGINE_MARGIN, DetectorHealth, Window
 
 # Wide JSON the request view does not show; the analyst SQL has them.
 _SPAN_COLUMNS = "* EXCLUDE (resource, events, links, ingested_at)"
-# How far around a request its replica's engine metrics are shown: a few scrape intervals either side.
-ENGINE_MARGIN = timedelta(minutes=1)
 
 
 class DuckDBConsoleQueries:
@@ -107,6 +105,6 @@ class DuckDBConsoleQueries:
         engine = self._source.arrow(
             "SELECT time, replica_id, name, metric, kind, value, interval_s FROM engine_metrics "
             "WHERE replica_id IN (SELECT unnest(?::VARCHAR[])) AND time >= ? AND time <= ? ORDER BY name, time",
-            [replicas, min(starts) - ENGINE_MARGIN, max(ends) + ENGINE_MARGIN],
+            [replicas, min(starts) - TRACE_ENGINE_MARGIN, max(ends) + TRACE_ENGINE_MARGIN],
         )
         return {"spans": spans, "requests": requests, "scores": scores, "engine": engine}

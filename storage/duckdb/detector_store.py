@@ -9,8 +9,8 @@ from typing import Protocol, TypeVar
 import duckdb
 import polars as pl
 
-from storage.duckdb.reads import DuckDBWindowSource
-from storage.ports import Alert, EvaluationRecord, FiringState, RunRecord
+from storage.duckdb.window_source import DuckDBWindowSource
+from storage.ports import COUNTED_ONCE_PER_MINUTE, Alert, EvaluationRecord, FiringState, RunRecord
 
 T = TypeVar("T")
 _INSERT_SLICE = 500_000
@@ -40,11 +40,6 @@ class DuckDBDetectorStore:
 
     def log_run(self, run: RunRecord) -> None:
         self._writer.submit(lambda con: _log_run(con, run)).result()
-
-
-# Per-minute counts summed over long windows: a minute counted again (a replay, overlapping windows, an
-# evaluation off the schedule) replaces the count stored before, so a sum never counts it twice.
-COUNTED_ONCE_PER_MINUTE = frozenset({"slo_burn_minutes"})
 
 
 def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:

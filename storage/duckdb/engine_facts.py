@@ -8,19 +8,14 @@ a span settled do not change it (docs/engine-metrics.md).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 
 import duckdb
 
-from storage.duckdb.stored_attributes import SPAN_ROWS
 from storage.duckdb.writer import Writer
-
-# One hour of spans a job: the writer commits ingest between chunks, and a chunk's engine states stay small.
-CHUNK = timedelta(hours=1)
-
-FACTS = ("queue_depth", "replica_count", "cache_hit_ratio", "kv_cache_usage", "running_requests", "preemptions",
-          "step_tokens")  # fmt: skip
+from storage.engine_settling import CHUNK, FACTS
+from storage.span_layout import SPAN_ROWS
 
 _UPDATE = f"""
     UPDATE {SPAN_ROWS} SET engine_settled = true, {", ".join(f"engine_{fact} = f.{fact}" for fact in FACTS)}

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import duckdb
 
-from storage.duckdb.stored_attributes import SPAN_ROWS
+from storage.span_layout import SPAN_ROWS
 
 
 def delete_expired(con: duckdb.DuckDBPyConnection, cutoff: datetime) -> int:

@@ -26,13 +26,7 @@ import pyarrow as pa
 from model.attribute_split import BITS, MOVES, Move
 from model.columns import DERIVED, MOVED
 from model.derived_columns import DURATION_REM, DURATION_REM_SQL
-
-# The physical columns behind `spans.attributes`: DuckDB's own storage, not part of the request model
-# another backend stores.
-STORED_ONLY = ("attributes_rest", MOVED.name, DERIVED.name, DURATION_REM)
-# The table `spans` is a view of, and what writes go to. Not a virtual column of one table: DuckDB
-# evaluates a virtual column on every INSERT to check it, nearly half the cost of inserting a span.
-SPAN_ROWS = "span_rows"
+from storage.span_layout import SPAN_ROWS
 
 
 def _value_sql(move: Move) -> str:

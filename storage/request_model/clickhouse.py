@@ -18,9 +18,9 @@ from fractions import Fraction
 
 import pyarrow as pa
 
-from storage.duckdb.reads import column_name as checked
 from storage.grouping_sets import grouping_sql
 from storage.ports import Aggregate, Measure, RequestSummary
+from storage.quoted_names import column_name as checked
 
 # Columns of the span-level model whose value comes from the client span first (the caller knows the tenant).
 CLIENT_FIRST = ("tenant_id", "provider", "operation")

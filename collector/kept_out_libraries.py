@@ -27,7 +27,8 @@ class _KeptOut:
     ) -> ModuleSpec | None:
         if fullname in self.packages:  # a submodule is only ever looked for after its package
             raise ModuleNotFoundError(
-                f"{fullname} is not loaded in Tailwatch's service and decoder processes (collector/lean_imports.py)",
+                f"{fullname} is not loaded in Tailwatch's service and decoder processes "
+                "(collector/kept_out_libraries.py)",
                 name=fullname,
             )
         return None

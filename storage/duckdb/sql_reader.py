@@ -1,4 +1,5 @@
-"""Read access for everything that is not the writer: cursors on the service's database, never writes."""
+"""The `StoreReader` port on DuckDB: read statements for everything that is not the writer, on cursors of the
+service's database, never writes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The read ports on DuckDB: detectors' window reads and the API's alert and cluster listings.
+"""The `WindowSource` port on DuckDB: the reads detectors declare, each one statement over the request model.
 
 Every read runs on a fresh cursor of the service's connection, so concurrent readers never share a
 result; none of them writes.
@@ -6,7 +6,6 @@ result; none of them writes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,11 +16,11 @@ import pyarrow.compute as pc
 from model.columns import ENGINE_FLEET, ENGINE_REPLICA
 from storage.grouping_sets import grouping_sql
 from storage.ports import Aggregate, FrameBudget, Measure, Requests, RequestSummary, Scores, SloCounts, Window
+from storage.quoted_names import column_name
 
 # DuckDB computes the key each frame carries: one 64-bit integer per request instead of two strings.
 _KEY = "hash(trace_id, span_id) AS request_key"
 _IDS = "trace_id, span_id"
-_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _BATCH_ROWS = 1 << 20
 
 
@@ -51,14 +50,6 @@ def _dictionary(batch: pa.RecordBatch, keep: tuple[str, ...]) -> pa.RecordBatch:
         ],
         names=batch.schema.names,
     )
-
-
-def column_name(name: str) -> str:
-    # Column names come from detector code and from config (clusters' extra_dimensions): they are
-    # checked and quoted, never pasted.
-    if not _NAME.fullmatch(name):
-        raise ValueError(f"{name!r} is not a column name of the request model")
-    return f'"{name}"'
 
 
 def _not_null(columns: Iterable[str]) -> str:
@@ -200,7 +191,9 @@ class DuckDBWindowSource:
         )
 
     def firing_alerts(self) -> pa.Table:
-        return self.arrow("SELECT alert_id, detector, labels FROM alerts WHERE state = 'firing' ORDER BY alert_id")
+        return self.arrow(
+            "SELECT alert_id, detector, labels, started_at FROM alerts WHERE state = 'firing' ORDER BY alert_id"
+        )
 
     def slo_counts(self, read: SloCounts) -> pa.Table:
         if not read.windows:
@@ -217,27 +210,3 @@ class DuckDBWindowSource:
         seconds = [int(s) for s in read.windows]
         sql = " UNION ALL ".join(one.format(seconds=s) for s in seconds)
         return self.arrow(sql, tuple(v for _ in seconds for v in (read.end, read.before)))
-
-
-class DuckDBAlertQueries:
-    """The `AlertQueries` port."""
-
-    def __init__(self, source: DuckDBWindowSource) -> None:
-        self._source = source
-
-    def alerts(self, *, state: str | None = None, detector: str | None = None, limit: int = 100) -> pa.Table:
-        clauses = [
-            (f"{name} = ?", value) for name, value in (("state", state), ("detector", detector)) if value is not None
-        ]
-        where = f"WHERE {' AND '.join(c for c, _ in clauses)}" if clauses else ""
-        return self._source.arrow(
-            f"SELECT * FROM alerts {where} ORDER BY updated_at DESC, alert_id LIMIT ?",
-            [*(v for _, v in clauses), int(limit)],
-        )
-
-    def clusters(self, *, detector: str | None = None, limit: int = 50) -> pa.Table:
-        where, params = ("WHERE detector = ?", [detector]) if detector is not None else ("", [])
-        return self._source.arrow(
-            f"SELECT * EXCLUDE (evaluated_at) FROM clusters {where} ORDER BY window_end DESC, rank LIMIT ?",
-            [*params, int(limit)],
-        )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -21,19 +20,10 @@ from collector.decode import finish
 from collector.normalize import KeyValues, Plan
 from collector.reasons import Rejections
 from collector.span_walk import WALK_SCHEMA, Walked
-from storage.ports import SpanSink
+from storage.ports import OtelTracesRows, SpanSink
 
 log = logging.getLogger(__name__)
 CHUNK = timedelta(minutes=1)
-
-
-class OtelTracesRows(Protocol):
-    def oldest(self) -> datetime | None: ...
-    def cursor(self) -> datetime | None: ...
-    def advance(self, to: datetime) -> None: ...
-    def walk_rows(
-        self, since: datetime, until: datetime, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]
-    ) -> pa.Table: ...
 
 
 def walked(rows: pa.Table, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]) -> Walked:
