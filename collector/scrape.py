@@ -335,7 +335,8 @@ class Scraper:
 
     async def _fetch(self, url: str) -> bytes | str:
         """The page, or why there is none."""
-        assert self._session is not None, "the scraper is not started"
+        if self._session is None:
+            raise RuntimeError("the scraper is not started")
         try:
             async with asyncio.timeout(self._timeout), self._session.get(url) as response:
                 if not 200 <= response.status < 300:

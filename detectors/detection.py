@@ -296,5 +296,6 @@ class DetectionPass:
 
 def _frame(table: pa.Table) -> pl.DataFrame:
     frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
+    if not isinstance(frame, pl.DataFrame):  # a table always gives a DataFrame; this tells the type checker
+        raise TypeError(f"polars gave a {type(frame).__name__} for an Arrow table")
     return frame

@@ -77,7 +77,8 @@ def alertmanager_payload(evaluation: Evaluation, expires_at: datetime) -> list[d
             }
         )
     for alert in evaluation.resolved:
-        assert alert.resolved_at is not None
+        if alert.resolved_at is None:
+            raise ValueError(f"alert {alert.alert_id} is resolved but has no resolved_at")
         body.append(
             {
                 "labels": _labels(alert),

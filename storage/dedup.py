@@ -19,7 +19,8 @@ _SEED = 0x7A11  # fixed, so keys rebuilt from the table after a restart match ke
 
 def _ids(table: pa.Table) -> pl.DataFrame:
     frame = pl.from_arrow(table.select(["trace_id", "span_id"]))
-    assert isinstance(frame, pl.DataFrame)
+    if not isinstance(frame, pl.DataFrame):  # a table always gives a DataFrame; this tells the type checker
+        raise TypeError(f"polars gave a {type(frame).__name__} for an Arrow table")
     return frame
 
 

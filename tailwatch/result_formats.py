@@ -116,7 +116,8 @@ def to_arrow_stream(table: pa.Table, truncated: bool) -> bytes:
 def to_text(table: pa.Table) -> str:
     """A table for a terminal, every row and column shown."""
     frame = pl.from_arrow(_flat(table))
-    assert isinstance(frame, pl.DataFrame)
+    if not isinstance(frame, pl.DataFrame):  # a table always gives a DataFrame; this tells the type checker
+        raise TypeError(f"polars gave a {type(frame).__name__} for an Arrow table")
     with pl.Config(
         tbl_rows=-1,
         tbl_cols=-1,

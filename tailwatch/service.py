@@ -211,7 +211,8 @@ class Service:
             app, access_log=None, handle_signals=False, shutdown_timeout=self.settings.shutdown_grace_seconds
         )
         await runner.setup()
-        assert runner.server is not None
+        if runner.server is None:
+            raise RuntimeError(f"the {name} port's runner has no server after setup")
         guard.watch(runner.server)
         guard.start()
         self._guards.append(guard)

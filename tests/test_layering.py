@@ -12,6 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("model", "collector", "storage", "detectors", "migrations", "tailwatch")
+# Shipped beside the service's packages, so held to the production rules that are not about layers.
+PRODUCTION = (*PACKAGES, "simulator")
 BACKENDS = ("storage.duckdb", "storage.clickhouse")
 WIRING = "tailwatch.compose"
 
@@ -78,9 +80,9 @@ def violations(source: str, path: str, module: str, is_package: bool = False) ->
     return found
 
 
-def modules() -> Iterator[tuple[Path, str, bool]]:
+def modules(packages: tuple[str, ...] = PACKAGES) -> Iterator[tuple[Path, str, bool]]:
     """(file, dotted module name, whether it is a package's __init__) of every module of the packages."""
-    for package in PACKAGES:
+    for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             is_package = parts[-1] == "__init__"
@@ -164,3 +166,41 @@ def test_what_the_shell_and_the_layers_may_import_is_allowed() -> None:
         == []
     )
     assert violations("from model.columns import SPAN_COLUMNS\n", "migrations/x.py", "migrations.x") == []
+
+
+def asserts(source: str, path: str) -> list[str]:
+    """Every `assert` statement in the module, inside functions too."""
+    return [
+        f"{path}:{node.lineno} asserts: check the condition and raise instead"
+        for node in ast.walk(ast.parse(source, path))
+        if isinstance(node, ast.Assert)
+    ]
+
+
+def test_no_production_module_uses_assert() -> None:
+    # `python -O` strips every assert: a condition the code relies on at run time must raise on its own.
+    read = list(modules(PRODUCTION))
+    assert {package_of(module) for _, module, _ in read} >= set(PACKAGES)
+    found = [a for path, _, _ in read for a in asserts(path.read_text(), str(path.relative_to(ROOT)))]
+    assert not found, "asserts in production code:\n" + "\n".join(found)
+
+
+def test_the_assert_rule_names_each_planted_assert_and_nothing_else() -> None:
+    source = (
+        '"""assert in a docstring is text."""\n'
+        "# assert in a comment is not a statement\n"
+        "def f(x):\n"
+        "    if x is None:\n"
+        '        raise ValueError("x is required")\n'
+        '    assert x > 0, "positive"\n'
+        "    return [y for y in x if (lambda: y)()]\n"
+        "\n"
+        "\n"
+        "class C:\n"
+        "    def g(self):\n"
+        "        assert isinstance(self, C)\n"
+    )
+    assert asserts(source, "storage/x.py") == [
+        "storage/x.py:6 asserts: check the condition and raise instead",
+        "storage/x.py:12 asserts: check the condition and raise instead",
+    ]

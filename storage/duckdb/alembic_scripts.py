@@ -23,7 +23,8 @@ class AlembicDuckDBImpl(DefaultImpl):
 
 def head_revision() -> str:
     head = ScriptDirectory.from_config(_config()).get_current_head()
-    assert head is not None
+    if head is None:
+        raise RuntimeError("migrations/versions holds no revision")
     return head
 
 
