@@ -201,7 +201,7 @@ def passes(db: Path) -> list[dict[str, Any]]:
                    sum(seconds), max(seconds), arg_max(detector, seconds),
                    any_value(window_start) FILTER (detector = 'clusters'),
                    any_value(window_end) FILTER (detector = 'clusters'),
-                   string_agg(DISTINCT error, '; ')
+                   string_agg(DISTINCT error, ' | ')
             FROM detector_runs GROUP BY evaluated_at ORDER BY evaluated_at
         """).fetchall()
         out = []
@@ -307,8 +307,9 @@ def run(
         failures.append(f"no detection pass at {', '.join(missed)}")
     for p in evaluated:
         if p["too_large"] or p["error"]:
+            first = (p["errors"] or "").split(" | ")[0]
             failures.append(
-                f"the pass at {p['at']} skipped {p['too_large']} as too_large and {p['error']} failed: {p['errors']}"
+                f"the pass at {p['at']} skipped {p['too_large']} as too_large and {p['error']} failed ({first})"
             )
     results["failures"] = failures
     return results
