@@ -71,6 +71,36 @@ def _tool_flake(rng: random.Random, r: Request) -> Request:
     return replace(r, scores={**r.scores, "tool_call_success": 0.0 if failed else 1.0})
 
 
+def _weak_drift(rng: random.Random, r: Request) -> Request:
+    # json_adherence is judged pass/fail; it fails 7% of the time fleet-wide and 14% on one replica (a slowly
+    # corrupting adapter): seven points, too weak for one five-minute window's exploratory search to call.
+    failed = rng.random() < (0.14 if r.replica == "r3" else 0.07)
+    return replace(r, scores={**r.scores, "json_adherence": 0.0 if failed else 1.0})
+
+
+# Three causes at once (three_causes), each on a symptom of its own so none hides another: the noisy
+# neighbour's stream (smallco queues behind bigco: latency), two pods out of KV cache (groundedness) and a
+# drifting replica (json_adherence).
+EVICTING = ("r0", "r1")
+
+
+def _two_pods_evict_and_one_drifts(rng: random.Random, r: Request) -> Request:
+    # Every request on the two pods finds its prefix evicted: hits 0.05-0.45, a KV cache 95%+ full with
+    # preemptions (which only the vllm emitter sends, as the pods' metrics), prefill slower, groundedness 0.74
+    # against 0.90. r3 loses 0.06 on json_adherence as in replica_drift.
+    if r.replica in EVICTING:
+        ratio = rng.uniform(0.05, 0.45)
+        return replace(
+            r,
+            cache_hit_ratio=ratio,
+            prefill_ms=r.prefill_ms * (2 - ratio),
+            kv_cache_usage=rng.uniform(0.95, 0.99),
+            preemptions=rng.randint(1, 3),
+            scores={**r.scores, "groundedness": draw_score(rng, 0.74)},
+        )
+    return _replica_drift(rng, r)
+
+
 # A fault that must agree with the engines' metrics, built per run from the fault window (start, end).
 EngineFault = Callable[[random.Random, datetime, datetime], Fault]
 
@@ -124,6 +154,7 @@ class Scenario:
     fault: Fault | None = None
     stream: Callable[[random.Random, datetime, datetime, float], Iterable[Request]] | None = None
     engine_fault: EngineFault | None = None  # replaces `fault` for the vllm emitter
+    minutes: float = 5.0  # the fault window's length, at least (the run's window_minutes may be longer)
 
 
 def _poisson(rng: random.Random, start: datetime, end: datetime, rate: float) -> Iterable[datetime]:
@@ -209,6 +240,21 @@ SCENARIOS = {
             "replica_skew fires and a cluster on score:tool_call_success explains it (part 9)",
             _tool_flake,
         ),
+        Scenario(
+            "weak_drift",
+            f"for 15 minutes {pod('r3')} fails a pass/fail json_adherence 14% of the time against 7% on the rest: "
+            "replica_skew fires, and its group, tested over the alert's episode, is the cluster that explains it",
+            _weak_drift,
+            minutes=15.0,
+        ),
+        Scenario(
+            "three_causes",
+            f"at once: smallco queues behind bigco's burst (noisy_neighbor), {pod('r0')} and {pod('r1')} run out "
+            f"of KV cache (groundedness 0.74), {pod('r3')} drifts on json_adherence (-0.06); the top three "
+            "clusters name the three causes",
+            _two_pods_evict_and_one_drifts,
+            stream=_noisy_neighbor,
+        ),
     )
 }
 
@@ -220,12 +266,12 @@ def requests(
     """History (healthy) then the fault window with every named scenario applied, sorted by end time.
     For the vllm emitter a scenario's `engine_fault`, when it has one, replaces its per-request fault."""
     rng = random.Random(seed)
-    window_start = end - timedelta(minutes=window_minutes)
+    scenarios = [SCENARIOS[n] for n in names]
+    window_start = end - timedelta(minutes=max([window_minutes, *(s.minutes for s in scenarios)]))
     history = [
         healthy(rng, at)
         for at in _poisson(rng, window_start - timedelta(hours=history_hours), window_start, history_rate)
     ]
-    scenarios = [SCENARIOS[n] for n in names]
     stream = next((s.stream for s in scenarios if s.stream), None)
     window = list(
         stream(rng, window_start, end, rate)

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -188,12 +188,48 @@ class RequestSummary:
 
 @dataclass(frozen=True)
 class FiringAlerts:
-    """Every firing alert, oldest id first: `alert_id`, `detector`, `labels` (a JSON object)."""
+    """Every firing alert, oldest id first: `alert_id`, `detector`, `labels` (a JSON object), `started_at` (the
+    evaluation time it began firing at)."""
 
     cacheable = False
 
     def fetch(self, source: WindowSource, budget: FrameBudget | None = None) -> pa.Table:
         return source.firing_alerts()
+
+
+@dataclass(frozen=True)
+class Episode:
+    """`read` (requests or scores) over what came before its window while alerts fire: from `lead` before the
+    oldest firing alert of `detectors` started (the start of the window the pass that fired it evaluated), at
+    most `longest` before `read.window`, up to `read.window.start`. Empty (`read`'s columns, no rows) when no
+    such alert fires, and when the episode would pass the frame budget: the caller then has the window alone,
+    and the budget is left as it was."""
+
+    read: Requests | Scores
+    detectors: tuple[str, ...]
+    lead: timedelta
+    longest: timedelta
+    cacheable = False
+
+    def since(self, source: WindowSource) -> datetime:
+        start = self.read.window.start
+        firing = source.firing_alerts().select(["detector", "started_at"]).to_pylist()
+        began: list[datetime] = [row["started_at"] for row in firing if row["detector"] in self.detectors]
+        if not began:
+            return start
+        return min(start, max(min(began) - self.lead, start - self.longest))
+
+    def fetch(self, source: WindowSource, budget: FrameBudget | None = None) -> pa.Table:
+        start = self.read.window.start
+        earlier = replace(self.read, window=Window(self.since(source), start))
+        held = budget.used if budget is not None else 0
+        try:
+            return earlier.fetch(source, budget)
+        except FrameTooLarge:
+            if budget is None:  # only a budget refuses
+                raise
+            budget.used = held
+            return replace(self.read, window=Window(start, start)).fetch(source)
 
 
 @dataclass(frozen=True)
@@ -212,7 +248,7 @@ class SloCounts:
         return source.slo_counts(self)
 
 
-Read = Requests | Scores | RequestSummary | FiringAlerts | SloCounts
+Read = Requests | Scores | RequestSummary | FiringAlerts | Episode | SloCounts
 
 
 class WindowSource(Protocol):
@@ -497,7 +533,6 @@ class Storage(Protocol):
     def scrape_health(self) -> ScrapeHealth: ...
     @property
     def engine_facts(self) -> EngineFacts: ...
-
     @property
     def refusing_writes(self) -> bool:
         """Whether every write is refused for now (a full disk): readiness says so to load balancers."""

@@ -33,6 +33,8 @@ log = logging.getLogger("tailwatch.api")
 # is what a client reads before it has a token. tailwatch/routes.py marks them `open`.
 OPEN_PATHS = ROUTES.open_paths()
 ANALYST_NICE = 10
+# The clusters columns stored as JSON text, served as JSON.
+_JSON_COLUMNS = ("signature", "same_requests")
 
 # The *_created series double the exposition for no use on a long-running service.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -86,7 +88,7 @@ def api_app(
         """Clusters of bad requests, newest window first, best first; `?detector=KEY`, `?limit=N`."""
         table = alert_queries.clusters(detector=args["detector"], limit=args["limit"])
         rows = [
-            {k: (json.loads(v) if k == "signature" else _json_value(v)) for k, v in row.items()}
+            {k: (json.loads(v) if k in _JSON_COLUMNS and v is not None else _json_value(v)) for k, v in row.items()}
             for row in table.to_pylist()
         ]
         return web.json_response({"clusters": rows})

@@ -88,6 +88,11 @@ SCHEMAS: Json = {
             "p_value": {"type": ["number", "null"], "description": "The exact test's chance (docs/sql.md#clusters)."},
             "excess": {"type": ["number", "null"], "description": "Bad requests beyond chance."},
             "candidates": {"type": ["integer", "null"], "description": "Candidates tried in the window."},
+            "same_requests": {
+                "type": ["array", "null"],
+                "items": {"type": "object"},
+                "description": "Clusters that are the same bad requests seen another way: signature and symptom.",
+            },
         },
     },
     "DetectRequest": {

@@ -30,11 +30,12 @@ PASS_WINDOW = Window(datetime(2026, 11, 20, 11, 54, 30), datetime(2026, 11, 20, 
 Fault = Callable[[dict[str, Any], float, random.Random], tuple[dict[str, Any], float]]
 
 
-def window(n: int = 2000, seed: int = 1, fault: Fault | None = None) -> dict[str, pl.DataFrame]:
-    """A healthy window of `n` requests; `fault(row, rng)` may lower scores or raise latency of some."""
+def window(n: int = 2000, seed: int = 1, fault: Fault | None = None, first: int = 0) -> dict[str, pl.DataFrame]:
+    """A healthy window of `n` requests; `fault(row, rng)` may lower scores or raise latency of some. Request ids
+    count from `first`, so windows built apart can be read together."""
     rng = random.Random(seed)
     rows, scores = [], []
-    for i in range(n):
+    for i in range(first, first + n):
         row = {
             "trace_id": f"{i:032x}", "span_id": f"{i:016x}", "status_code": "OK",
             "tenant_id": rng.choice(["acme", "globex", "initech"]), "replica_id": f"r{i % 4}",
@@ -101,7 +102,12 @@ def test_a_replica_with_a_six_point_json_drop_is_the_top_cluster_with_its_fix() 
     assert top["rank"] == 1 and top["risk_ratio"] > 5 and top["support"] > 0.5
     assert top["suggested_fix"] == FIXES["replica_id"]
     assert top["symptom"] == "score:json_adherence"
-    assert top["summary"].startswith("replica_id=r3: ") and "scored json_adherence below 0.8" in top["summary"]
+    # The plain fact first, then the numbers.
+    assert top["summary"] == (
+        "replica r3 scores json_adherence below 0.8 25 % of the time against 0.53 % on the rest in "
+        "2026-11-20 12:00–12:05 UTC: 124 of its 500 requests, 46.5x as likely (p = 1.9e-69, bar 2.3e-05 over 444 "
+        "candidates); 121 of the 132 bad beyond chance"
+    )
     assert len(top["example_trace_ids"]) == 5
     assert out.conditions == []  # clusters explain; the detectors alert
 
@@ -178,9 +184,11 @@ def test_an_alert_is_explained_only_by_a_cluster_on_its_own_symptom() -> None:
     assert out.explanations["on-json"] == (
         f"explained by cluster {top['cluster_id']} on score:json_adherence: {top['summary']}"
     )
-    assert out.explanations["on-latency"].startswith(
-        "no cluster passed the evidence test on latency_tail: replica_id=r3 has 2 of 500 requests had an e2e or "
-        "TTFT above the window p99 (0.4%) against 1.2% for the rest, risk ratio 0.33, p = 1 "
+    assert out.explanations["on-latency"] == (
+        "no cluster: replica_id=r3 did not pass the evidence test on latency_tail since 12:00 UTC: 2 of its 500 "
+        "requests had an e2e or TTFT above the window p99 (0.4 %) against 1.2 % for the rest, risk ratio 0.33, p = 1 "
+        "(bar 0.01: Holm over the pass's 2 alert hypotheses); chance alone would do it with p = 1, above the bar of "
+        "0.01"
     )
     # Nor does the cluster link to the latency alert when that is the one firing.
     frames["alerts"] = firing("replica_skew", {"replica_id": "r3", "signal": "latency_p99"})
@@ -198,8 +206,12 @@ def test_a_firing_alert_no_cluster_confirms_says_so_with_the_numbers() -> None:
     out = detect(frames, Config(), WINDOW)
     assert out.figures.height == 0
     text = out.explanations["a1"]
-    assert text.startswith("no cluster passed the evidence test on score:json_adherence: cache_bucket=low has ")
-    assert "risk ratio" in text and "chance alone would do it with p = " in text
+    assert text == (
+        "no cluster: cache_bucket=low did not pass the evidence test on score:json_adherence since 12:00 UTC: 0 of its "
+        "216 requests scored json_adherence below 0.8 (0 %) against 0.22 % for the rest, risk ratio 0.00, p = 1 (bar "
+        "0.01: Holm over the pass's 1 alert hypothesis); it holds 0% of the bad requests (min_support 0.05); chance "
+        "alone would do it with p = 1, above the bar of 0.01"
+    )
 
 
 def test_an_alert_on_a_score_the_window_never_measured_says_so() -> None:
@@ -471,6 +483,7 @@ def kept_and_held(table: pl.DataFrame, dims: tuple[str, str]) -> tuple[list[dict
 
 
 R1, R1_T1 = {"replica_id": "r1"}, {"replica_id": "r1", "tenant_id": "t1"}
+R3 = {"replica_id": "r3"}
 
 
 @pytest.mark.parametrize(
@@ -502,10 +515,15 @@ R7 = {"replica_id": "r7"}
         (600, 400, 300, 8, [R7], {'{"quantization": "int4"}': '{"replica_id": "r7"}'}),
         # int4 is bad wherever it runs, and r7 is 90% of it: one cause, the variant.
         (900, 100, 270, 30, [INT4], {'{"replica_id": "r7"}': '{"quantization": "int4"}'}),
-        # The same at 89.9%: the rest of int4 still passes alone, so both stay.
-        (899, 101, 270, 30, [INT4, R7], {}),
+        # The same at 89.9%: the rest of int4 still passes alone, but r7's bad requests are int4's and r7's int4
+        # requests are no worse than r6's: one cause still, the variant (one row per cause).
+        (899, 101, 270, 30, [INT4], {'{"replica_id": "r7"}': '{"quantization": "int4"}'}),
+        # At 89.9% with r7's int4 worse than r6's by more than the pair rule's 1.25x (30.0% against 23.8%, 1.26x):
+        # r7 says more than the variant, and both stay; at 1.21x (24.8%) it does not.
+        (899, 101, 270, 24, [INT4, R7], {}),
+        (899, 101, 270, 25, [INT4], {'{"replica_id": "r7"}': '{"quantization": "int4"}'}),
     ],
-    ids=["60%", "90%", "89.9%"],
+    ids=["60%", "90%", "89.9%", "89.9%-r7-1.26x-worse", "89.9%-r7-1.21x-worse"],
 )
 def test_a_group_replaces_the_clusters_inside_it_only_when_they_cover_90_percent_of_its_requests(
     r7: int, int4_on_r6: int, r7_bad: int, int4_on_r6_bad: int, expected: list[dict[str, str]], held: dict[str, str]
@@ -525,7 +543,9 @@ T1, R6 = {"tenant_id": "t1"}, {"replica_id": "r6"}
     ("on_t1", "expected", "held"),
     [
         (450, [T1, R6, R7], {}),
-        (674, [T1, R6, R7], {}),
+        # Each replica's bad requests are 90% t1's, and within t1 the replica's requests are no worse than the
+        # rest of t1's: the same cause as t1, one row (one row per cause), though not 90% of t1 by requests.
+        (674, [T1], {'{"replica_id": "r6"}': '{"tenant_id": "t1"}', '{"replica_id": "r7"}': '{"tenant_id": "t1"}'}),
         (675, [T1], {'{"replica_id": "r6"}': '{"tenant_id": "t1"}', '{"replica_id": "r7"}': '{"tenant_id": "t1"}'}),
     ],
     ids=["60%", "89.9%", "90%"],
@@ -534,8 +554,10 @@ def test_a_cluster_is_inside_a_bigger_one_only_with_90_percent_of_its_requests_i
     on_t1: int, expected: list[dict[str, str]], held: dict[str, str]
 ) -> None:
     """Replicas r6 and r7, 750 requests each, are bad (30%) with every tenant they serve and serve most of
-    tenant t1's requests, so t1 passes too. Until 90% of each replica's requests are t1's, the replicas
-    are causes beside t1, not t1's requests under another name, though together they are 90% of t1."""
+    tenant t1's requests, so t1 passes too. Until 90% of each replica's requests are t1's, the replicas are
+    not inside t1 by requests, though together they are 90% of t1; with 60% of their bad requests in t1 they
+    are causes beside it, and once 80% are (SAME_REQUESTS), no worse there than t1's other requests, they are
+    t1's cause seen by replica: one row."""
     dims = ("replica_id", "tenant_id")
     off_t1 = 750 - on_t1
     rows: list[Cell] = [(f"r{r}", t, 500, 10) for r in range(6) for t in ("t0", "t2")]
@@ -571,3 +593,240 @@ def test_a_quantization_alert_naming_the_one_model_is_explained_by_the_variant_s
     top = out.figures.row(0, named=True)
     assert json.loads(top["signature"]) in ({"quantization": "int4"}, {"replica_id": "r3"})
     assert out.explanations["a1"].startswith("explained by cluster ")
+
+
+# ---- a firing alert's group, tested on its own over the alert's episode ----------------------------------------
+
+# The pass at 12:05:30 evaluates WINDOW (12:00-12:05); an alert it finds firing since the pass at 11:55:30 began
+# with that pass's window, 11:50-11:55.
+FIRED_TWO_PASSES_AGO = datetime(2026, 11, 20, 11, 55, 30)
+
+
+def alerts(*rows: tuple[str, str, dict[str, str], datetime]) -> pl.DataFrame:
+    """Firing alerts as the pass reads them: (alert_id, detector, labels, started_at) each."""
+    return pl.DataFrame(
+        [{"alert_id": a, "detector": d, "labels": json.dumps(labels), "started_at": at} for a, d, labels, at in rows]
+    )
+
+
+def earlier(windows: int, fault: Fault | None = None, n: int = 800) -> dict[str, pl.DataFrame]:
+    """The `windows` five-minute windows before WINDOW as an alert's episode is read (storage.ports.Episode):
+    each `window()` of `n` requests ending evenly inside it, newest first, ids apart from WINDOW's."""
+    requests, scored = [], []
+    for k in range(1, windows + 1):
+        frames = window(n, seed=100 + k, fault=fault, first=k * 1_000_000)
+        start = WINDOW.start - k * timedelta(minutes=5)
+        ends = [start + i * timedelta(minutes=5) / n for i in range(n)]
+        requests.append(frames["requests"].with_columns(end_time=pl.Series(ends, dtype=pl.Datetime("us"))))
+        scored.append(frames["scores"])
+    return {"episode_requests": pl.concat(requests), "episode_scores": pl.concat(scored)}
+
+
+R3_JSON = ("a1", "replica_skew", {"replica_id": "r3", "signal": "json_adherence"}, FIRED_TWO_PASSES_AGO)
+INITECH_LATENCY = ("a1", "tenant_fairness", {"tenant_id": "initech", "signal": "latency_p99"}, FIRED_TWO_PASSES_AGO)
+
+
+@pytest.mark.parametrize(
+    ("episode_seconds", "size", "since"), [(3600, 500 + 2 * 200, "11:50"), (300, 500 + 200, "11:55")]
+)
+def test_an_alerts_group_is_tested_over_the_windows_since_it_started_firing_up_to_episode_seconds(
+    episode_seconds: int, size: int, since: str
+) -> None:
+    """Three earlier windows were read (800 requests each, 200 of them r3's); the alert began with the one
+    ending at 11:55, so the oldest is no part of its episode, and episode_seconds bounds how far back it goes."""
+    frames = {**window(fault=drifted_replica), **earlier(3, fault=drifted_replica), "alerts": alerts(R3_JSON)}
+    out = detect(frames, Config(episode_seconds=episode_seconds), WINDOW)
+    top = out.figures.row(0, named=True)
+    assert (json.loads(top["signature"]), top["symptom"], top["size"], top["candidates"]) == (
+        {"replica_id": "r3"},
+        "score:json_adherence",
+        size,
+        1,
+    )
+    assert f" on the rest since {since} UTC: " in top["summary"]
+    assert (
+        out.explanations["a1"] == f"explained by cluster {top['cluster_id']} on score:json_adherence: {top['summary']}"
+    )
+
+
+def test_a_group_slower_in_an_earlier_window_is_judged_against_that_windows_own_p99() -> None:
+    """In 11:50-11:55 every request took ten times as long (a fleet-wide stall); in 11:55-12:00 initech's were
+    the slow ones. Each earlier window's latency tail is its own 1 %, as the search's is its window's: 8 of each
+    earlier 800 and 20 of WINDOW's 2,000, and 8 of the 36 are initech's slow ones of 11:55-12:00. Against one
+    p99 over both earlier windows the stall would be the whole tail and initech's slowness none of it."""
+
+    def initech_slow(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+        return ({**row, "e2e_ms": row["e2e_ms"] + 600} if row["tenant_id"] == "initech" else row), score
+
+    newer, both = earlier(1, fault=initech_slow), earlier(2)
+    stall = both["episode_requests"].filter(pl.col("end_time") < WINDOW.start - timedelta(minutes=5))
+    frames = {
+        **window(),
+        "episode_requests": pl.concat([newer["episode_requests"], stall.with_columns(pl.col("e2e_ms") * 10)]),
+        "episode_scores": newer["episode_scores"],
+        "alerts": alerts(INITECH_LATENCY),
+    }
+    out = detect(frames, Config(), WINDOW)
+    [top] = out.figures.rows(named=True)
+    assert top["summary"] == (
+        "tenant initech has an e2e or TTFT above the window's p99 1.7 % of the time against 0.67 % on the rest since "
+        "11:50 UTC: 20 of its 1,198 requests, 2.5x as likely (p = 0.0047, bar 0.01: Holm over the pass's 1 alert "
+        "hypothesis); 12 of the 36 bad beyond chance"
+    )
+    assert out.explanations["a1"].startswith(f"explained by cluster {top['cluster_id']} on latency_tail: ")
+
+
+# ---- every alert's explanation is true ------------------------------------------------------------------------
+
+
+def test_an_alert_whose_group_passed_below_max_clusters_says_so_with_its_test() -> None:
+    """Prompts over 64k tokens and replica r3 both fail json_adherence; with one cluster listed, the 64k+ prompts
+    explain more. r3's alert is not told that nothing passed: its group did, and ranks below."""
+
+    def both(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+        row, score = drifted_replica(row, score, rng)
+        return long_context(row, score, rng)
+
+    frames = {**window(fault=both), "alerts": alerts(R3_JSON)}
+    out = detect(frames, Config(max_clusters=1), WINDOW)
+    assert signatures(out) == [{"prompt_bucket": "64k+"}]
+    assert out.explanations["a1"] == (
+        "no cluster listed: replica_id=r3 passed the evidence test on score:json_adherence (p = 1e-24, bar 0.01: "
+        "Holm over the pass's 1 alert hypothesis) but ranks below the 1 listed (max_clusters), each of which "
+        "explains more of the window's bad requests beyond chance"
+    )
+
+
+R0_JSON = ("a1", "replica_skew", {"replica_id": "r0", "signal": "json_adherence"}, FIRED_TWO_PASSES_AGO)
+
+
+def half_of_r0_evicted(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+    """Replica r0 runs out of KV cache: half its requests miss the cache and answer worse."""
+    if row["replica_id"] == "r0" and rng.random() < 0.5:
+        return {**row, "cache_hit_ratio": rng.uniform(0.2, 0.5)}, min(1.0, rng.gauss(0.7, 0.03))
+    return row, score
+
+
+def test_an_alert_whose_group_is_another_clusters_requests_is_explained_by_that_cluster_or_told_it_ranks_below() -> (
+    None
+):
+    """r0's bad requests are the low cache bucket's: its alert names the bucket's cluster and says its own group
+    passed too. With one cluster listed and long prompts explaining more, the bucket is not listed either, and
+    the alert says so rather than that nothing passed."""
+    out = detect({**window(fault=half_of_r0_evicted), "alerts": alerts(R0_JSON)}, Config(), WINDOW)
+    [top] = out.figures.rows(named=True)
+    assert json.loads(top["signature"]) == {"cache_bucket": "low"}
+    assert out.explanations["a1"] == (
+        f"explained by cluster {top['cluster_id']} on score:json_adherence, which holds the same bad requests "
+        "(replica_id=r0 passed the evidence test on score:json_adherence too: p = 2.5e-194, bar 0.01: Holm over "
+        f"the pass's 1 alert hypothesis): {top['summary']}"
+    )
+
+    def and_long_prompts(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+        row, score = half_of_r0_evicted(row, score, rng)
+        return long_context(row, score, rng)
+
+    out = detect({**window(fault=and_long_prompts), "alerts": alerts(R0_JSON)}, Config(max_clusters=1), WINDOW)
+    assert signatures(out) == [{"prompt_bucket": "64k+"}]
+    assert out.explanations["a1"] == (
+        "no cluster listed: replica_id=r0 passed the evidence test on score:json_adherence (p = 3.9e-66, bar 0.01: "
+        "Holm over the pass's 1 alert hypothesis), and its bad requests are those of cache_bucket=low on "
+        "score:json_adherence, which passed too but ranks below the 1 listed (max_clusters)"
+    )
+
+
+# ---- one cause, one row ---------------------------------------------------------------------------------------
+
+
+def test_one_cause_seen_through_two_dimensions_and_three_symptoms_is_one_row_naming_them() -> None:
+    """A fifth of the requests are preempted on a full KV cache: they fail json_adherence and groundedness
+    together, and globex's among them are a second and a half slower. preempted=yes on each score, kv_bucket=95%+
+    and tenant globex on latency are those requests seen another way: one row, the others listed beside it."""
+
+    def preempted_globex_slow(row: dict[str, Any], score: float, rng: random.Random) -> tuple[dict[str, Any], float]:
+        row, score = kv_pressure(row, score, rng)
+        slow = row["preemptions"] > 0 and row["tenant_id"] == "globex"
+        return ({**row, "e2e_ms": row["e2e_ms"] + 1500} if slow else row), score
+
+    frames = window(fault=preempted_globex_slow)
+    grounded = frames["scores"].with_columns(name=pl.lit("groundedness"), score=pl.col("score") + 0.02)
+    frames["scores"] = pl.concat([frames["scores"], grounded])
+    [top] = detect(frames, Config(), WINDOW).figures.rows(named=True)
+    assert (json.loads(top["signature"]), top["symptom"]) == ({"preempted": "yes"}, "score:json_adherence")
+    assert json.loads(top["same_requests"]) == [
+        {"signature": {"preempted": "yes"}, "symptom": "score:groundedness"},
+        {"signature": {"preempted": "yes"}, "symptom": "latency_tail"},
+        {"signature": {"tenant_id": "globex"}, "symptom": "latency_tail"},
+    ]
+    assert top["summary"].endswith(
+        "; the same requests as preempted=yes on score:groundedness, preempted=yes on latency_tail, tenant_id=globex "
+        "on latency_tail: it shows score:json_adherence, score:groundedness, latency_tail"
+    )
+
+
+def test_ten_causes_each_failing_two_scores_are_ten_rows() -> None:
+    """Tenants t0..t9 each fail two scores of their own on the same requests (t9 the most): twenty groups pass,
+    and the ten rows name the ten tenants, each with its second score beside it."""
+    n = 20_000
+    tenant = [i % 20 for i in range(n)]  # 1,000 requests each; t10..t19 are healthy
+    bad = [t < 10 and i // 20 < 100 + 20 * t for i, t in enumerate(tenant)]
+    background = [i % 211 == 0 for i in range(n)]
+    table = pl.DataFrame({"tenant_id": [f"t{t}" for t in tenant]}).with_columns(
+        *(pl.lit(True).alias(f"_in{s}") for s in range(20)),
+        *(
+            pl.Series([(b and tenant[i] == s // 2) or background[i] for i, b in enumerate(bad)]).alias(f"_bad{s}")
+            for s in range(20)
+        ),
+    )
+    found = find_clusters(table, ["tenant_id"], [f"score:s{s}" for s in range(20)], Config())
+    assert [(dict(c.signature)["tenant_id"], c.symptom) for c in found.clusters] == [
+        (f"t{t}", 2 * t) for t in reversed(range(10))
+    ]
+    assert [[(dict(v.signature), v.symptom) for v in found.same[c]] for c in found.clusters] == [
+        [({"tenant_id": f"t{t}"}, 2 * t + 1)] for t in reversed(range(10))
+    ]
+
+
+@pytest.mark.parametrize(("shared", "rows"), [(80, 1), (79, 2)], ids=["80%", "79%"])
+def test_a_cluster_is_another_causes_requests_once_80_percent_of_its_bad_requests_are_that_ones(
+    shared: int, rows: int
+) -> None:
+    """Tenant t1's 400 requests all fail score a; replica r1's 400 (100 of them t1's) fail score b 100 times, of
+    which `shared` are t1's: at 80 of 100 r1 on b is t1's cause showing another symptom, below it a cause of its own."""
+    n = 4000
+    table = pl.DataFrame(
+        {
+            "tenant_id": ["t1" if i < 400 else "t0" for i in range(n)],
+            "replica_id": ["r1" if 300 <= i < 700 else "r0" for i in range(n)],
+            "_in0": [True] * n,
+            "_bad0": [i < 400 for i in range(n)],
+            "_in1": [True] * n,
+            "_bad1": [300 <= i < 300 + shared or 400 <= i < 500 - shared for i in range(n)],
+        }
+    )
+    found = find_clusters(table, ["tenant_id", "replica_id"], ["score:a", "score:b"], Config())
+    listed = [(dict(c.signature), c.symptom) for c in found.clusters]
+    assert listed == [({"tenant_id": "t1"}, 0), ({"replica_id": "r1"}, 1)][:rows]
+
+
+def test_a_group_that_is_another_under_a_new_name_does_not_hide_the_cause_inside_both() -> None:
+    """r2 and r3 are the pods that do not evict: cache_bucket=high and preempted=no are the same 2,000 requests,
+    and r3, half of them, fails 30 % of the time. The two names are one group and no cover of it: r3 is the
+    cluster, and both names are its requests (not r3 hidden under preempted=no because high covered it)."""
+    replica = [f"r{i // 1000}" for i in range(4000)]
+    table = one_symptom(
+        pl.DataFrame(
+            {
+                "replica_id": replica,
+                "cache_bucket": ["high" if r in ("r2", "r3") else "low" for r in replica],
+                "preempted": ["no" if r in ("r2", "r3") else "yes" for r in replica],
+                "bad": [(i % 1000 < 300) if r == "r3" else i % 100 == 0 for i, r in enumerate(replica)],
+            }
+        )
+    )
+    found = find_clusters(table, ["replica_id", "cache_bucket", "preempted"], ["bad"], Config())
+    assert [dict(c.signature) for c in found.clusters] == [{"replica_id": "r3"}]
+    assert sorted(c.signature_json() for c, holder in found.held.items() if dict(holder.signature) == R3) == [
+        '{"cache_bucket": "high"}',
+        '{"preempted": "no"}',
+    ]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import logging
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,26 @@ from conftest import service_settings
 from prometheus_client import CollectorRegistry
 from waiting import HANG_GUARD
 
+from detectors import clusters
 from detectors.alerts import Evaluation, fingerprint
 from detectors.base import Condition, Detection, DetectorConfig, Window
+from detectors.clusters import EPISODE_COLUMNS
 from detectors.detection import DetectionPass, DetectorMetrics
 from detectors.registry import REGISTRY, get
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.sql_reader import Reader
 from storage.duckdb.writer import Writer
-from storage.ports import FiringAlerts, FrameBudget, Read, Requests, RequestSummary, Scores, SloCounts, WindowSource
+from storage.ports import (
+    Episode,
+    FiringAlerts,
+    FrameBudget,
+    Read,
+    Requests,
+    RequestSummary,
+    Scores,
+    SloCounts,
+    WindowSource,
+)
 
 AT = datetime(2026, 11, 20, 12, 0)
 WINDOW = Window(
@@ -223,8 +236,11 @@ def test_what_clusters_says_of_a_firing_alert_is_stored_on_the_alert(store: Stor
     [result] = store.detection.run(AT, ["clusters"])
     assert result.outcome == "ok", result.error
     [(explanation,)] = store.rows("SELECT explanation FROM alerts WHERE alert_id = 'a3'")
-    assert explanation.startswith("no cluster passed the evidence test on latency_tail: tenant_id=smallco has 0 of 0")
-    assert explanation.endswith("; no request was bad")
+    assert explanation == (
+        "no cluster: tenant_id=smallco did not pass the evidence test on latency_tail since 11:54:30 UTC: 0 of its 0 "
+        "requests had an e2e or TTFT above the window p99 (0 %) against 0 % for the rest, risk ratio 0.00, p = 1 (bar "
+        "0.01: Holm over the pass's 1 alert hypothesis); no request was bad"
+    )
 
 
 def test_a_runs_reported_and_observed_seconds_are_the_time_the_run_took(store: Store) -> None:
@@ -371,3 +387,74 @@ def test_a_shared_read_is_let_go_once_its_last_reader_is_done_before_the_rest_of
     assert [r.outcome for r in results] == ["ok", "ok", "ok"]
     clusters_reads = [held for read, held in source.reads if isinstance(read, Requests | Scores | FiringAlerts)][-3:]
     assert all(scores not in held for held in clusters_reads), source.reads
+
+
+def plant_alert(store: Store, alert_id: str, detector: str, labels: dict[str, str], started_at: datetime) -> None:
+    def plant(con: Any) -> None:
+        con.execute(
+            "INSERT INTO alerts VALUES (?, ?, ?, 'warning', 'firing', ?, 'planted', 1.0, 1.0, ?, ?, ?, NULL, ?, NULL)",
+            [alert_id, detector, fingerprint(detector, labels), json.dumps(labels), WINDOW.start, WINDOW.end,
+             started_at, started_at],
+        )  # fmt: skip
+
+    store.writer.submit(plant).result(timeout=HANG_GUARD)
+
+
+def episode_windows(source: WatchingSource) -> list[Window]:
+    """The windows of the requests clusters read for alert episodes, in the order read."""
+    return [read.window for read, _ in source.reads if isinstance(read, Requests) and read.columns == EPISODE_COLUMNS]
+
+
+def test_clusters_reads_an_episode_only_while_an_alert_it_explains_fires_from_its_first_window_up_to_an_hour(
+    store: Store,
+) -> None:
+    """The pass at 12:00 evaluates 11:54:30-11:59:30. An alert replica_skew started firing at 11:45 began with that
+    pass's window, 11:39:30-11:44:30: the earlier requests are read from there to the window. Firing since 09:00,
+    at most episode_seconds (an hour) back. No alert, or only ones clusters does not test: nothing before."""
+    source = WatchingSource(store.storage.windows)
+    detection = DetectionPass(source, store.storage.detector_store, store.configs)
+
+    def read_back() -> Window:
+        source.reads.clear()
+        [result] = detection.run(AT, ["clusters"])
+        assert result.outcome == "ok", result.error
+        [window] = episode_windows(source)
+        return window
+
+    assert read_back() == Window(WINDOW.start, WINDOW.start)
+    plant_alert(store, "a1", "token_latency", {"deployment": "vllm", "model": "llama"}, datetime(2026, 11, 20, 9, 0))
+    assert read_back() == Window(WINDOW.start, WINDOW.start)
+    plant_alert(
+        store, "a2", "replica_skew", {"replica_id": "r3", "signal": "json_adherence"}, datetime(2026, 11, 20, 11, 45)
+    )
+    assert read_back() == Window(datetime(2026, 11, 20, 11, 39, 30), WINDOW.start)
+    plant_alert(store, "a3", "cache_curve", {"bucket": "low", "signal": "groundedness"}, datetime(2026, 11, 20, 9, 0))
+    assert read_back() == Window(WINDOW.start - timedelta(hours=1), WINDOW.start)
+
+
+def test_an_episode_too_large_for_the_frame_budget_is_not_read_and_leaves_the_budget_as_it_was(store: Store) -> None:
+    """400 requests ended in the alert's episode before the window. Within the budget they are read; past it the
+    episode is empty, the window is judged alone, and what the pass holds is charged as before."""
+
+    def plant(con: Any) -> None:
+        con.execute(
+            """
+            INSERT INTO span_rows (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
+                                   is_llm, llm_role, e2e_ms, ingested_at)
+            SELECT 't' || i, 's', 'llm_request', 'SERVER', e - INTERVAL 1 SECOND, e, 1000, 'OK', true, 'server',
+                   1000.0, e
+            FROM range(400) AS r(i), LATERAL (SELECT ?::TIMESTAMP + to_milliseconds(i * 500) AS e)
+            """,
+            [WINDOW.start - timedelta(minutes=4)],
+        )
+
+    store.writer.submit(plant).result(timeout=HANG_GUARD)
+    plant_alert(
+        store, "a1", "replica_skew", {"replica_id": "r3", "signal": "json_adherence"}, datetime(2026, 11, 20, 11, 50)
+    )
+    episode = clusters.inputs(clusters.Config(), WINDOW)["episode_requests"]
+    assert isinstance(episode, Episode)
+    assert episode.fetch(store.storage.windows).num_rows == 400
+    budget = FrameBudget(limit=4096, used=100)
+    assert episode.fetch(store.storage.windows, budget).num_rows == 0
+    assert budget.used == 100

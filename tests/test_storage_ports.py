@@ -278,6 +278,7 @@ def test_the_firing_state_round_trips_and_a_resolved_alert_leaves_it(empty: Stor
     assert empty.detector_store.firing_state("cache_curve").firing == {}
     listed = frame(FiringAlerts().fetch(empty.windows))
     assert sorted(listed["detector"]) == [key, key]
+    assert listed["started_at"].to_list() == [at, at]  # where clusters reads an alert's episode from
 
     later = at + timedelta(minutes=5)
     resolved = replace(a, state="resolved", resolved_at=later, updated_at=later)

@@ -82,7 +82,7 @@ class ClickHouseWindowSource:
 
     def firing_alerts(self) -> pa.Table:
         return self._client.arrow(
-            "SELECT alert_id, detector, labels FROM alerts WHERE state = 'firing' ORDER BY alert_id"
+            "SELECT alert_id, detector, labels, started_at FROM alerts WHERE state = 'firing' ORDER BY alert_id"
         )
 
     def slo_counts(self, read: SloCounts) -> pa.Table:
