@@ -122,22 +122,24 @@ SPAN_COLUMNS: tuple[Column, ...] = (
     Column("ingested_at", _TIME, _UTC, "When the span was committed (arrival time).", Origin.STORAGE,
            required=True),
     # Settled engine facts (docs/engine-metrics.md): what the engines said for this span's replica,
-    # deployment and times, stored once its engine metrics have arrived; never the span's own values.
+    # fleet and times, stored once its engine metrics have arrived; never the span's own values.
     Column("engine_settled", pa.bool_(), None, "True once the span's engine facts are stored; NULL until then.",
            Origin.STORAGE),
-    Column("engine_queue_depth", _INT, "count (requests)", "The deployment's waiting requests at the span's start.",
-           Origin.STORAGE),
-    Column("engine_replica_count", _INT, "count (replicas)", "The deployment's reporting replicas at the span's "
-           "start.", Origin.STORAGE),
+    Column("engine_queue_depth", _INT, "count (requests)", "The most waiting requests of the span's fleet while it "
+           "waited.", Origin.STORAGE),
+    Column("engine_replica_count", _INT, "count (replicas)", "The most replicas of the span's fleet reporting while it "
+           "waited.", Origin.STORAGE),
     Column("engine_cache_hit_ratio", _FLOAT, "0..1", "The replica's prefix-cache hits / queries during the span.",
            Origin.STORAGE),
-    Column("engine_kv_cache_usage", _FLOAT, "0..1", "The replica's KV-cache usage at the span's start.",
+    Column("engine_kv_cache_usage", _FLOAT, "0..1", "The replica's most KV-cache usage while the span waited.",
            Origin.STORAGE),
-    Column("engine_running_requests", _INT, "count (requests)", "The replica's running requests at the span's "
-           "start.", Origin.STORAGE),
+    Column("engine_running_requests", _INT, "count (requests)", "The replica's most running requests while the span "
+           "waited.", Origin.STORAGE),
     Column("engine_preemptions", _INT, "count", "The replica's preemptions during the span.", Origin.STORAGE),
     Column("engine_step_tokens", _FLOAT, "tokens", "The replica's tokens per engine step during the span.",
            Origin.STORAGE),
+    Column("engine_facts_reason", _TEXT, None, "Why some of the span's settled engine facts are missing: "
+           "no_replica, no_points_for_replica, stale or source_behind; NULL when none is.", Origin.STORAGE),
     # How DuckDB stores `attributes` (storage/duckdb/stored_attributes.py): what no column reproduces, and a
     # bit for each attribute written back from its column when read.
     Column("attributes_rest", _TEXT, None, "The attributes no canonical column reproduces (DuckDB's storage of "
@@ -212,10 +214,11 @@ LLM_FIELDS = tuple(name for name, _ in LLM_COLUMNS)
 LLM_TYPES: dict[str, pa.DataType] = dict(LLM_COLUMNS)
 
 # Request-model columns that engine metrics fill (a span's own value wins) or alone provide (migration
-# 0009), by the state they come from: the deployment's at arrival, or the replica's over the request.
+# 0009), by the state they come from: the fleet's while the request waited, or the replica's.
 # The join costs a read something only when it asks for one of them, and only the state it needs.
 ENGINE_FLEET = ("queue_depth", "replica_count", "queue_depth_source", "replica_count_source")
 ENGINE_REPLICA = (
     "cache_hit_ratio", "cache_hit_ratio_source", "kv_cache_usage", "running_requests", "preemptions", "step_tokens",
+    "engine_facts_reason",
 )  # fmt: skip
 ENGINE_JOINED = (*ENGINE_FLEET, *ENGINE_REPLICA)

@@ -13,4 +13,4 @@ CHUNK = timedelta(hours=1)
 
 # The facts stored, each in `engine_<fact>`, as the request model's `span_engine_facts_between` gives them.
 FACTS = ("queue_depth", "replica_count", "cache_hit_ratio", "kv_cache_usage", "running_requests", "preemptions",
-          "step_tokens")  # fmt: skip
+          "step_tokens", "facts_reason")  # fmt: skip

@@ -349,11 +349,13 @@ class MetricsSettings(_Section):
     )
     scrape: ScrapeSettings = ScrapeSettings()
     settle_after_seconds: float = Field(
-        120.0,
+        330.0,
         gt=0,
         le=86400,
-        description="A request's engine facts are computed and stored once it ended this long ago and engine "
-        "points newer than its end have arrived; points arriving later do not change them.",
+        description="A request's engine facts are computed and stored once it ended this long ago and its own "
+        "replica's metrics source has reported past its end (or, an hour later, with what exists); points "
+        "arriving later do not change them. At least the Collector's retry window (deploy/otel-collector.yaml: "
+        "300 s), so a retried batch still counts.",
     )
     settle_interval_seconds: int = Field(
         30, ge=1, le=3600, description="How often requests whose engine metrics have arrived are settled."

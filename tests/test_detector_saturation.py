@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pydantic
 import pytest
+import test_engine_join as engine_join
+from builders import gauge
 from detector_tables import assert_fits_migrated_table
 from request_frames import SCORE_SCHEMA, WINDOW, detector_frames, noisy_scores, spread
 
-from detectors.base import Detection
+from detectors.base import Detection, Window
 from detectors.saturation import LABELS, Config, detect, inputs
+from storage.duckdb.backend import DuckDBStorage
 
 REQUEST_SCHEMA = {
     "trace_id": pl.String,
@@ -238,3 +244,67 @@ def test_figures_match_the_migrated_table_and_inputs_match_the_hand_built_frames
         window=WINDOW,
         schemas={"requests": REQUEST_SCHEMA, "scores": SCORE_SCHEMA},
     )
+
+
+# --- over the request model: the engine join fills what vLLM's spans lack ----------------------------------
+
+T0 = engine_join.T0
+STORED = Window(T0 - timedelta(minutes=5), T0 + timedelta(minutes=5))
+
+
+@pytest.fixture(params=["live", "settled"])
+def store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DuckDBStorage]:
+    """A database read live, or settled first (tests/test_engine_join.py's way): both must give the same."""
+    storage = DuckDBStorage.open(tmp_path / "saturation.duckdb")
+    if request.param == "settled":
+        engine_join.SETTLED.add(id(storage))
+    yield storage
+    engine_join.SETTLED.discard(id(storage))
+    storage.close()
+
+
+def stored_saturation(storage: DuckDBStorage) -> Detection:
+    engine_join.settle_if_asked(storage)
+    frames = {name: pl.from_arrow(read.fetch(storage.windows)) for name, read in inputs(Config(), STORED).items()}
+    return detect({k: v for k, v in frames.items() if isinstance(v, pl.DataFrame)}, Config(), STORED)
+
+
+def two_pods_under_job_vllm(storage: DuckDBStorage, load_from: datetime, waiting: float) -> None:
+    """pod-a and pod-b of the 70B fleet, scraped under job `vllm`: idle until `load_from`, then `waiting` each."""
+    times = engine_join.around_t0()
+    for name in ("pod-a", "pod-b"):
+        series = [(t, 0.0 if t < engine_join.ns(load_from) else waiting) for t in times]
+        metrics = [gauge("vllm:num_requests_waiting", series, {"engine": "0", "model_name": "llama-70b"})]
+        engine_join.store_metrics(storage, engine_join.scraped(name, metrics))
+
+
+def fleet_requests(first: int, count: int, start: datetime, e2e_ms: float, **timings: float) -> list[dict[str, Any]]:
+    return [
+        engine_join.request_span(
+            first + 2 * i, f"pod-{'ab'[i % 2]}", start + timedelta(milliseconds=100 * i),
+            start + timedelta(milliseconds=100 * i + e2e_ms), deployment="vllm-llama70b", **timings,
+        )
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def test_a_fleet_scraped_under_a_job_not_named_as_its_spans_service_has_saturation_rows(store: DuckDBStorage) -> None:
+    # 40 waiting on each of two replicas from T0 + 60 s: 40 queued per replica, the scaling bucket.
+    two_pods_under_job_vllm(store, T0 + timedelta(seconds=60), 40.0)
+    idle = fleet_requests(1, 30, T0 + timedelta(seconds=1), 1000.0)
+    loaded = fleet_requests(101, 30, T0 + timedelta(seconds=61), 1000.0)
+    engine_join.store_spans(store, idle + loaded)
+    out = stored_saturation(store)
+    assert dict(out.figures.select("bucket", "n").iter_rows()) == {"idle": 30, "scaling": 30}
+
+
+def test_the_head_of_a_burst_lands_in_the_scaling_bucket_and_its_latency_fires(store: DuckDBStorage) -> None:
+    # The burst's first scrape is at T0 + 60 s; its head arrived just before and waited 3 s in the queue,
+    # which made it three times slower than the idle requests. Read at arrival alone, it would be idle too.
+    two_pods_under_job_vllm(store, T0 + timedelta(seconds=60), 40.0)
+    idle = fleet_requests(1, 30, T0 + timedelta(seconds=1), 1000.0, queue_ms=0.0)
+    head = fleet_requests(101, 30, T0 + timedelta(seconds=57), 4000.0, queue_ms=3000.0)
+    engine_join.store_spans(store, idle + head)
+    out = stored_saturation(store)
+    assert dict(out.figures.select("bucket", "n").iter_rows()) == {"idle": 30, "scaling": 30}
+    assert [c.labels for c in out.conditions] == [{"bucket": "scaling", "signal": "latency_p99"}]

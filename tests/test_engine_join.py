@@ -52,7 +52,7 @@ def store_metrics(storage: Storage, payload: bytes) -> None:
     future.result(timeout=HANG_GUARD)
 
 
-def request_span(i: int, replica: str, start: datetime, end: datetime, **extra: Any) -> dict[str, Any]:
+def request_span(i: int, replica: str | None, start: datetime, end: datetime, **extra: Any) -> dict[str, Any]:
     duration = (end - start).total_seconds() * 1000
     return {
         "trace_id": f"{i:032x}", "span_id": f"{i + 1:016x}", "name": "llm_request", "kind": "SERVER",
@@ -255,6 +255,8 @@ def test_a_read_of_one_engine_column_gives_what_the_whole_request_model_says(sto
         request_span(i, f"pod-{'ab'[i % 2]}", T0 + timedelta(seconds=i), T0 + timedelta(seconds=i + 7))
         for i in range(1, 40, 2)
     ]
+    # And one on a replica the metrics do not know, so that every column, its reason too, has values to compare.
+    spans.append(request_span(41, "pod-c", T0 + timedelta(seconds=3), T0 + timedelta(seconds=9)))
     store_spans(storage, spans)
     settle_if_asked(storage)
     full = {
@@ -272,3 +274,227 @@ def test_retention_deletes_the_engine_points_older_than_the_cutoff_with_the_span
     kept = storage.analyst.run("SELECT count(*) AS n, min(time) AS first FROM engine_metrics").table.to_pylist()[0]
     assert kept["first"] == T0
     assert kept["n"] == before * 13 // 25  # 13 of the 25 scrapes are at or after T0
+
+
+# --- the fleet, from the metrics themselves ---------------------------------------------------------------
+
+
+def scraped(name: str, metrics: list[Any], job: str = "vllm", **resource: str) -> bytes:
+    """A pod's metrics as a Collector's scrape job forwards them: service.name is the job, not the spans' service."""
+    attributes = {"service.name": job, "service.instance.id": f"{name}:8000", "k8s.pod.name": name, **resource}
+    return metrics_request(metrics, attributes).SerializeToString()
+
+
+def engine(times: list[int], waiting: float, model: str, kv: float = 0.5, running: float = 4.0) -> list[Any]:
+    labels = {"engine": "0", "model_name": model}
+    return [
+        gauge("vllm:num_requests_waiting", [(t, waiting) for t in times], labels),
+        gauge("vllm:num_requests_running", [(t, running) for t in times], labels),
+        gauge("vllm:kv_cache_usage_perc", [(t, kv) for t in times], labels),
+    ]
+
+
+def around_t0() -> list[int]:
+    return every_5s(T0 - timedelta(minutes=1), T0 + timedelta(minutes=1))
+
+
+def test_a_fleet_scraped_under_a_job_not_named_as_its_spans_service_is_found_through_its_replicas(
+    storage: Storage,
+) -> None:
+    # Spans say service.name=vllm-llama70b; the Collector scrapes the same pods under job `vllm`, which also
+    # scrapes an 8B fleet. The 70B request's fleet is its replica's: same job, namespace and model.
+    times = around_t0()
+    for name, waiting, model in (("pod-a", 2.0, "llama-70b"), ("pod-b", 3.0, "llama-70b"), ("pod-c", 7.0, "llama-8b")):
+        store_metrics(storage, scraped(name, engine(times, waiting, model), **{"k8s.namespace.name": "serving"}))
+    span = request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13), deployment="vllm-llama70b")
+    store_spans(storage, [span])
+    row = joined(storage, "queue_depth", "replica_count", "kv_cache_usage", "engine_facts_reason")["0000000000000002"]
+    assert (row["queue_depth"], row["replica_count"], row["kv_cache_usage"]) == (5, 2, 0.5)
+    assert row["engine_facts_reason"] is None
+    assert sources(storage)["0000000000000002"][:2] == ("engine", "engine")
+
+
+def test_spans_and_metrics_named_alike_make_the_fleet_by_that_name_over_the_metrics_identity(storage: Storage) -> None:
+    # The operator's own mapping (a scrape job or target named after the spans' service) wins: the two pods are
+    # one fleet by name, though they serve different models and would be two by their metrics.
+    times = around_t0()
+    for name, waiting, model in (("pod-a", 2.0, "llama-70b"), ("pod-b", 3.0, "llama-70b-fp8")):
+        store_metrics(storage, scraped(name, engine(times, waiting, model), job=DEPLOYMENT))
+    store_spans(storage, [request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    row = joined(storage, "queue_depth", "replica_count")["0000000000000002"]
+    assert (row["queue_depth"], row["replica_count"]) == (5, 2)
+
+
+def burst(storage: Storage) -> None:
+    """pod-a idle (nothing waiting, one running, 10 % KV) until a burst its T0 + 10 s scrape is the first to see:
+    16 waiting, 4 running, 80 % KV, draining by 4 a scrape."""
+    times = around_t0()
+    first = ns(T0 + timedelta(seconds=10))
+
+    def level(t: int, idle: float, peak: float, step: float = 0.0) -> float:
+        return idle if t < first else max(idle, peak - step * (t - first) / (5 * S))
+
+    labels = {"engine": "0", "model_name": "llama-70b"}
+    store_metrics(
+        storage,
+        scraped(
+            "pod-a",
+            [
+                gauge("vllm:num_requests_waiting", [(t, level(t, 0.0, 16.0, 4.0)) for t in times], labels),
+                gauge("vllm:num_requests_running", [(t, level(t, 1.0, 4.0)) for t in times], labels),
+                gauge("vllm:kv_cache_usage_perc", [(t, level(t, 0.1, 0.8)) for t in times], labels),
+            ],
+        ),
+    )
+
+
+def test_the_head_of_a_burst_meets_the_queue_it_waited_in_not_the_idle_engine_before_it(storage: Storage) -> None:
+    burst(storage)
+    arrival, end = T0 + timedelta(seconds=9, milliseconds=500), T0 + timedelta(seconds=20)
+    store_spans(
+        storage,
+        [
+            # Waited 3 s in vLLM's queue (its time_in_queue), across the burst's first scrape.
+            request_span(1, "pod-a", arrival, end, queue_ms=3000.0),
+            # No queue time on the span: its wait is its time to first token less its prefill.
+            request_span(3, "pod-a", arrival, end, ttft_ms=3300.0, prefill_ms=300.0),
+            # Arrived with it, scheduled at once: the idle engine is what it met.
+            request_span(5, "pod-a", arrival, end, queue_ms=0.0),
+            # Waited, but was scheduled before the burst's first scrape.
+            request_span(7, "pod-a", arrival, end, queue_ms=400.0),
+        ],
+    )
+    rows = joined(storage, "queue_depth", "replica_count", "running_requests", "kv_cache_usage")
+    met = {
+        k: (r["queue_depth"], r["replica_count"], r["running_requests"], r["kv_cache_usage"]) for k, r in rows.items()
+    }
+    assert met == {
+        "0000000000000002": (16, 1, 4, 0.8),
+        "0000000000000004": (16, 1, 4, 0.8),
+        "0000000000000006": (0, 1, 1, 0.1),
+        "0000000000000008": (0, 1, 1, 0.1),
+    }
+
+
+def test_a_wait_across_several_scrapes_meets_the_deepest_queue_among_them(storage: Storage) -> None:
+    burst(storage)  # none waiting until T0 + 5 s, then 16 at T0 + 10 s, 12 at + 15 s, 8 at + 20 s
+    store_spans(
+        storage,
+        [
+            request_span(1, "pod-a", T0 + timedelta(seconds=6), T0 + timedelta(seconds=30), queue_ms=12000.0),
+            request_span(3, "pod-a", T0 + timedelta(seconds=16), T0 + timedelta(seconds=30), queue_ms=6000.0),
+        ],
+    )
+    rows = joined(storage, "queue_depth")
+    assert {k: r["queue_depth"] for k, r in rows.items()} == {"0000000000000002": 16, "0000000000000004": 12}
+
+
+# --- bad input: nothing crashes, nothing joins to the wrong replica, each is counted or explained ----------
+
+
+def test_a_replica_present_in_spans_and_absent_from_metrics_borrows_nothing_and_says_why(storage: Storage) -> None:
+    times = around_t0()
+    for name, waiting in (("pod-a", 2.0), ("pod-b", 3.0)):
+        store_metrics(storage, scraped(name, engine(times, waiting, "llama-70b")))
+    start, end = T0 + timedelta(seconds=1), T0 + timedelta(seconds=13)
+    store_spans(
+        storage,
+        [
+            # pod-c is in no metrics, and nothing names its fleet.
+            request_span(1, "pod-c", start, end, deployment="vllm-llama70b"),
+            # pod-d neither, but its spans' service is the scrape job's name: its fleet is found by name.
+            request_span(3, "pod-d", start, end, deployment="vllm"),
+            # A span naming no replica at all.
+            request_span(5, None, start, end, deployment="vllm-llama70b"),
+        ],
+    )
+    columns = ("queue_depth", "replica_count", "kv_cache_usage", "running_requests", "cache_hit_ratio")
+    rows = joined(storage, *columns, "engine_facts_reason")
+    got = {k: (*(r[c] for c in columns), r["engine_facts_reason"]) for k, r in rows.items()}
+    assert got == {
+        "0000000000000002": (None, None, None, None, None, "no_points_for_replica"),
+        "0000000000000004": (5, 2, None, None, None, "no_points_for_replica"),
+        "0000000000000006": (None, None, None, None, None, "no_replica"),
+    }
+
+
+def test_metrics_of_pods_no_span_names_count_in_their_fleet_and_reach_no_request(storage: Storage) -> None:
+    times = around_t0()
+    serving = {"k8s.namespace.name": "serving"}
+    store_metrics(storage, scraped("pod-a", engine(times, 2.0, "llama-70b", kv=0.5, running=4.0), **serving))
+    # pod-x serves the same fleet and no traced request; pod-y is the same model in another namespace.
+    store_metrics(storage, scraped("pod-x", engine(times, 3.0, "llama-70b", kv=0.9, running=9.0), **serving))
+    staging = {"k8s.namespace.name": "staging"}
+    store_metrics(storage, scraped("pod-y", engine(times, 11.0, "llama-70b", kv=0.2, running=1.0), **staging))
+    span = request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13), deployment="vllm-llama70b")
+    store_spans(storage, [span])
+    row = joined(storage, "queue_depth", "replica_count", "kv_cache_usage", "running_requests")["0000000000000002"]
+    assert (row["queue_depth"], row["replica_count"], row["kv_cache_usage"], row["running_requests"]) == (5, 2, 0.5, 4)
+
+
+def test_a_rollout_keeps_one_fleet_across_replica_sets_and_moves_a_replica_whose_model_changes(
+    storage: Storage,
+) -> None:
+    times = around_t0()
+
+    def between(first: datetime, last: datetime) -> list[int]:
+        return [t for t in times if ns(first) <= t <= ns(last)]
+
+    # A Deployment's rollout: the old ReplicaSet's pod reports until T0, the new one's from T0 - 10 s; one fleet.
+    for name, waiting, reported in (
+        ("llama-6d9f-x", 2.0, between(T0 - timedelta(minutes=1), T0)),
+        ("llama-7c4b-y", 3.0, between(T0 - timedelta(seconds=10), T0 + timedelta(minutes=1))),
+    ):
+        rollout = {"k8s.namespace.name": "serving", "k8s.deployment.name": "llama", "k8s.replicaset.name": name[:10]}
+        store_metrics(storage, scraped(name, engine(reported, waiting, "llama-70b"), **rollout))
+    # A StatefulSet's pod keeps its name and restarts with another model at T0 + 30 s: another fleet from then on.
+    stateful = {"k8s.namespace.name": "serving", "k8s.statefulset.name": "qwen"}
+    switch = T0 + timedelta(seconds=30)
+    changed = engine(between(T0 - timedelta(minutes=1), switch - timedelta(seconds=5)), 4.0, "qwen-32b")
+    changed += engine(between(switch, T0 + timedelta(minutes=1)), 6.0, "qwen-72b")
+    store_metrics(storage, scraped("qwen-0", changed, **stateful))
+    store_metrics(storage, scraped("qwen-1", engine(times, 1.0, "qwen-32b"), **stateful))
+    store_spans(
+        storage,
+        [
+            request_span(i, replica, T0 + timedelta(seconds=at), T0 + timedelta(seconds=at + 4), deployment="x")
+            for i, replica, at in (
+                (1, "llama-7c4b-y", 1),
+                (3, "llama-7c4b-y", 21),
+                (5, "qwen-0", 16),
+                (7, "qwen-0", 41),
+            )
+        ],
+    )
+    rows = joined(storage, "queue_depth", "replica_count", "engine_facts_reason")
+    assert {k: (r["queue_depth"], r["replica_count"], r["engine_facts_reason"]) for k, r in rows.items()} == {
+        "0000000000000002": (5, 2, None),  # the old pod is current until T0 + 10 s
+        "0000000000000004": (3, 1, None),
+        "0000000000000006": (5, 2, None),
+        "0000000000000008": (6, 1, None),  # qwen-1 still serves the other model
+    }
+
+
+def test_clock_skew_of_seconds_between_spans_and_scrapes_keeps_every_request_on_its_own_replica(
+    storage: Storage,
+) -> None:
+    # The scrapes run from T0 - 1 min; the spans' clock is 3 s off either way.
+    times = around_t0()
+    store_metrics(storage, scraped("pod-a", engine(times, 2.0, "llama-70b", kv=0.25, running=4.0)))
+    store_metrics(storage, scraped("pod-b", engine(times, 3.0, "llama-70b", kv=0.75, running=6.0)))
+    store_spans(
+        storage,
+        [
+            request_span(1, "pod-a", T0 + timedelta(seconds=4), T0 + timedelta(seconds=16), deployment="x"),
+            request_span(3, "pod-b", T0 - timedelta(seconds=2), T0 + timedelta(seconds=10), deployment="x"),
+            # Its skewed arrival is before pod-b's first scrape: nothing at arrival, the rest after it.
+            request_span(5, "pod-b", T0 - timedelta(seconds=63), T0 - timedelta(seconds=50), deployment="x"),
+        ],
+    )
+    columns = ("queue_depth", "replica_count", "kv_cache_usage", "running_requests", "engine_facts_reason")
+    got = {k: tuple(r[c] for c in columns) for k, r in joined(storage, *columns).items()}
+    assert got == {
+        "0000000000000002": (5, 2, 0.25, 4, None),
+        "0000000000000004": (5, 2, 0.75, 6, None),
+        "0000000000000006": (None, None, None, None, "stale"),
+    }

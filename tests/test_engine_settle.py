@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import gauge
+import yaml
+from builders import counter, gauge
 from conftest import RunningService, service_settings
 from test_engine_join import (
     ENGINE_COLUMNS,
@@ -29,6 +30,7 @@ from waiting import HANG_GUARD, wait_until
 
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import Requests, Window
+from tailwatch.settings import MetricsSettings
 
 
 @pytest.fixture
@@ -208,3 +210,78 @@ def test_a_window_half_settled_reads_the_settled_part_without_the_join_and_the_r
     assert {k: r["queue_depth"] for k, r in live.items()} == {
         "0000000000000002": 5, "0000000000000004": 5, "0000000000000006": 5
     }  # fmt: skip
+
+
+def facts(storage: DuckDBStorage) -> dict[str, tuple[Any, ...]]:
+    rows = storage.analyst.run(
+        "SELECT span_id, engine_settled, engine_queue_depth, engine_replica_count, engine_kv_cache_usage, "
+        "engine_preemptions, engine_facts_reason FROM spans"
+    ).table.to_pylist()
+    return {r.pop("span_id"): tuple(r.values()) for r in rows}
+
+
+def kv_and_queue(name: str, start: datetime, end: datetime, kv: float, waiting: float) -> bytes:
+    times = every_5s(start, end)
+    return pod(
+        name,
+        [
+            gauge("vllm:kv_cache_usage_perc", [(t, kv) for t in times]),
+            gauge("vllm:num_requests_waiting", [(t, waiting) for t in times]),
+            counter("vllm:num_preemptions_total", [(t, 0.0) for t in times]),
+        ],
+    )
+
+
+def test_a_lagging_source_holds_back_its_own_replicas_requests_until_its_points_arrive(
+    storage: DuckDBStorage,
+) -> None:
+    # pod-a's Collector is current, ten minutes past the requests; pod-b's is minutes behind: what it has
+    # delivered so far ends two minutes before them. pod-c has never reported.
+    store_metrics(storage, kv_and_queue("pod-a", T0 - timedelta(minutes=5), T0 + timedelta(minutes=10), 0.5, 2.0))
+    store_metrics(storage, kv_and_queue("pod-b", T0 - timedelta(minutes=5), T0 - timedelta(minutes=2), 0.75, 3.0))
+    start, end = T0 + timedelta(seconds=1), T0 + timedelta(seconds=13)
+    store_spans(storage, [request_span(i, name, start, end) for i, name in ((1, "pod-a"), (3, "pod-b"), (5, "pod-c"))])
+    assert storage.engine_facts.settle(LATER) == 2
+    assert facts(storage) == {
+        "0000000000000002": (True, 2, 1, 0.5, 0, None),
+        "0000000000000004": (None, None, None, None, None, None),
+        # Nothing to wait for: settled at once, and saying why it has no facts.
+        "0000000000000006": (True, 2, 1, None, None, "no_points_for_replica"),
+    }
+    # pod-b's Collector catches up: its request settles with its own replica's facts.
+    store_metrics(storage, kv_and_queue("pod-b", T0 - timedelta(minutes=2), T0 + timedelta(minutes=10), 0.75, 3.0))
+    assert storage.engine_facts.settle(LATER) == 1
+    assert facts(storage)["0000000000000004"] == (True, 5, 2, 0.75, 0, None)
+
+
+def test_a_source_that_never_catches_up_settles_an_hour_on_with_what_exists_and_says_what_is_missing(
+    storage: DuckDBStorage,
+) -> None:
+    # pod-b's points stop at T0 + 5 s, inside its request; pod-a's go on.
+    store_metrics(storage, kv_and_queue("pod-a", T0 - timedelta(minutes=1), T0 + timedelta(minutes=50), 0.5, 2.0))
+    store_metrics(storage, kv_and_queue("pod-b", T0 - timedelta(minutes=1), T0 + timedelta(seconds=5), 0.75, 3.0))
+    store_spans(storage, [request_span(1, "pod-b", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    assert storage.engine_facts.settle(LATER) == 0  # the engines are 50 minutes past its end: it still waits
+    store_metrics(storage, kv_and_queue("pod-a", T0 + timedelta(minutes=50), T0 + timedelta(minutes=61), 0.5, 2.0))
+    assert storage.engine_facts.settle(LATER) == 1
+    # At arrival it had its replica's state; its lifetime figures needed a point after its end that never came.
+    assert facts(storage)["0000000000000002"] == (True, 5, 2, 0.75, None, "source_behind")
+
+
+def test_requests_settle_only_after_the_shipped_collector_has_stopped_retrying() -> None:
+    # A batch the Collector retries may arrive after newer ones from the same source: settling must wait out
+    # its retry window (and the batch and the last attempt before it), or that batch's points are lost to the
+    # requests they describe.
+    config = yaml.safe_load((Path(__file__).parents[1] / "deploy" / "otel-collector.yaml").read_text())
+    exporter = config["exporters"]["otlp"]
+    retrying = seconds(exporter["retry_on_failure"]["max_elapsed_time"])
+    last_attempt = seconds(exporter.get("timeout", "5s"))  # the exporter's default timeout
+    batching = seconds(config["processors"]["batch"]["timeout"])
+    assert (retrying, last_attempt, batching) == (300, 5, 1)
+    assert MetricsSettings().settle_after_seconds >= retrying + last_attempt + batching
+
+
+def seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60}
+    number = duration.rstrip("ms")
+    return float(number) * units[duration[len(number) :]]

@@ -31,7 +31,13 @@ _LLM_KEYS = ("trace_id", "span_id", "llm_role", "start_time", "end_time", "statu
 _FACT_OF = {"queue_depth": "engine_queue_depth", "replica_count": "engine_replica_count",
             "cache_hit_ratio": "engine_cache_hit_ratio"}  # fmt: skip
 _ENGINE_ONLY = {"kv_cache_usage": "engine_kv_cache_usage", "running_requests": "engine_running_requests",
-                "preemptions": "engine_preemptions", "step_tokens": "engine_step_tokens"}  # fmt: skip
+                "preemptions": "engine_preemptions", "step_tokens": "engine_step_tokens",
+                "engine_facts_reason": "engine_facts_reason"}  # fmt: skip
+# What the live join reads of a span besides its replica, deployment and times: how long it waited
+# (duckdb/40_requests.sql), for every engine column it fills.
+_WAIT = ("queue_ms", "ttft_ms", "prefill_ms")
+# The reason goes with the facts it explains: the settled span's (duckdb/30_span_requests.sql).
+_REASON = "engine_facts_reason"
 
 
 def span_level_columns(model_columns: Iterable[str]) -> list[str]:
@@ -40,12 +46,14 @@ def span_level_columns(model_columns: Iterable[str]) -> list[str]:
     out: list[str] = []
     for c in model_columns:
         if c in _FACT_OF:
-            out += [c, _FACT_OF[c]]
+            out += [c, _FACT_OF[c], *_WAIT]
         elif c.endswith("_source") and c.removesuffix("_source") in _FACT_OF:
             base = c.removesuffix("_source")
-            out += [base, _FACT_OF[base]]
+            out += [base, _FACT_OF[base], *_WAIT]
+        elif c == _REASON:
+            out += [_REASON, "engine_settled", *_WAIT]
         elif c in _ENGINE_ONLY:
-            out.append(_ENGINE_ONLY[c])
+            out += [_ENGINE_ONLY[c], *_WAIT]
         elif c not in _IDS:
             out.append(c)
     return list(dict.fromkeys(out))
@@ -70,6 +78,8 @@ def settled_requests_sql(model_columns: Iterable[str]) -> str:
     merged = [
         f"coalesce(p.c_{c}, x.{c}) AS {c}"
         if c in CLIENT_FIRST
+        else f"if(x.engine_settled IS NOT NULL, x.{c}, if(p.attempt = 1, p.c_{c}, NULL)) AS {c}"
+        if c == _REASON
         else f"coalesce(x.{c}, if(p.attempt = 1, p.c_{c}, NULL)) AS {c}"
         for c in spans
     ]

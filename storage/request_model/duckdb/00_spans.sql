@@ -87,7 +87,7 @@ SELECT
     END AS attributes,
     "resource", scope_name, events, links, ingested_at, llm_role, engine_settled, engine_queue_depth,
     engine_replica_count, engine_cache_hit_ratio, engine_kv_cache_usage, engine_running_requests,
-    engine_preemptions, engine_step_tokens, attributes_rest, attributes_moved, columns_derived, duration_rem_ns
+    engine_preemptions, engine_step_tokens, engine_facts_reason, attributes_rest, attributes_moved, columns_derived, duration_rem_ns
 FROM (
     SELECT
         trace_id, span_id, parent_span_id, name, kind, start_time, end_time,
@@ -110,6 +110,6 @@ FROM (
         queue_depth, replica_count, batch_size, prefill_tokens_in_batch, quantization, finish_reason, "resource",
         scope_name, events, links, ingested_at, llm_role, engine_settled, engine_queue_depth, engine_replica_count,
         engine_cache_hit_ratio, engine_kv_cache_usage, engine_running_requests, engine_preemptions,
-        engine_step_tokens, attributes_rest, attributes_moved, columns_derived, duration_rem_ns
+        engine_step_tokens, engine_facts_reason, attributes_rest, attributes_moved, columns_derived, duration_rem_ns
     FROM span_rows
 ) AS span_rows;

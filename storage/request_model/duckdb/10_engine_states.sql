@@ -1,17 +1,25 @@
 -- The engines' state over time, from the points in `engine_metrics` (docs/engine-metrics.md): what the
--- request model joins to a request by its replica, deployment and times.
+-- request model joins to a request by its replica, its fleet and its times.
 --
 -- A value is current for two reporting intervals (`interval_s`) after its point. Counters are read as
 -- differences: a drop, or a new start time, is a reset, and counting resumes from the new value. A retried
 -- export's duplicate point counts once.
+--
+-- A replica's fleet is named by its metrics themselves, so that spans and scrape configurations need no
+-- naming agreement: `fleet` is the point's `deployment` (its own service.name, which a Collector's scrape job
+-- sets), its Kubernetes namespace and workload, and its model label. The workload is the first of
+-- k8s.deployment.name, k8s.statefulset.name and k8s.replicaset.name the resource carries: a Deployment's
+-- ReplicaSet changes with every rollout while the fleet does not. Points naming none of these make their
+-- replica a fleet of its own.
 
--- One row per replica and point time: its levels (waiting, running, KV-cache usage, hit rate) and its counters
--- as running totals from the first point in [t0, t1), so that two rows subtract to the growth between them.
+-- One row per replica and point time: its fleet, its levels (waiting, running, KV-cache usage, hit rate) and
+-- its counters as running totals from the first point in [t0, t1), so that two rows subtract to the growth
+-- between them.
 CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
     WITH points AS (
         -- The series is hashed once so the window below sorts integers, not label JSON.
-        SELECT hash(replica_id, deployment, name, attributes) AS series, time, replica_id, deployment, metric, kind,
-               start_time, value, interval_s
+        SELECT hash(replica_id, deployment, name, attributes) AS series, time, replica_id, deployment, model, resource,
+               metric, kind, start_time, value, interval_s
         FROM engine_metrics
         WHERE metric IS NOT NULL AND replica_id IS NOT NULL
           AND time >= t0::TIMESTAMP AND time < t1::TIMESTAMP
@@ -19,7 +27,7 @@ CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
     increments AS (
         -- What each point adds: a gauge its level; a counter its growth since the series' previous point
         -- (a drop, or a new start time, is a reset: it grew by its whole value); a delta point itself.
-        SELECT replica_id, deployment, metric, time, interval_s, kind,
+        SELECT replica_id, deployment, model, resource, metric, time, interval_s, kind,
                CASE WHEN kind = 'gauge' THEN value
                     WHEN kind = 'delta' THEN value
                     WHEN prev IS NULL THEN 0
@@ -35,8 +43,11 @@ CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
         WHERE prev_time IS DISTINCT FROM time
     ),
     pivoted AS (
-        -- Summed over the replica's series: a data-parallel engine reports one series per rank.
-        SELECT replica_id, deployment, time, max(interval_s) AS interval_s,
+        -- Summed over the replica's series: a data-parallel engine reports one series per rank. One row per
+        -- replica and time, whatever its points say of its deployment and model (the largest of each), so that
+        -- a request finds one state.
+        SELECT replica_id, time, max(deployment) AS deployment, max(model) AS model,
+               max(resource::VARCHAR) AS resource, max(interval_s) AS interval_s,
                sum(amount) FILTER (WHERE metric = 'requests_waiting') AS waiting,
                sum(amount) FILTER (WHERE metric = 'requests_running') AS running,
                max(amount) FILTER (WHERE metric = 'kv_cache_usage') AS kv_cache_usage,
@@ -47,23 +58,58 @@ CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
                sum(amount) FILTER (WHERE metric = 'step_tokens_sum') AS d_step_tokens,
                sum(amount) FILTER (WHERE metric = 'step_tokens_count') AS d_steps
         FROM increments
-        GROUP BY replica_id, deployment, time
+        GROUP BY replica_id, time
     )
     -- Counters as levels that grow from the first point in range: subtract two rows for the growth between.
-    SELECT replica_id, deployment, time, interval_s, waiting, running, kv_cache_usage, cache_hit_rate,
+    -- The fleet is read from the resource once per row here, not once per point.
+    SELECT replica_id, deployment,
+           coalesce(nullif(concat_ws(' ', deployment,
+                                     'namespace=' || (resource::JSON->>'k8s.namespace.name'),
+                                     'workload=' || coalesce(resource::JSON->>'k8s.deployment.name',
+                                                             resource::JSON->>'k8s.statefulset.name',
+                                                             resource::JSON->>'k8s.replicaset.name'),
+                                     'model=' || model), ''),
+                    'replica=' || replica_id) AS fleet,
+           time, interval_s, waiting, running, kv_cache_usage, cache_hit_rate,
            sum(d_queries) OVER replica AS cache_queries,
            sum(d_hits) OVER replica AS cache_hits,
            sum(d_preemptions) OVER replica AS preemptions,
            sum(d_step_tokens) OVER replica AS step_tokens,
            sum(d_steps) OVER replica AS steps
     FROM pivoted
-    WINDOW replica AS (PARTITION BY replica_id, deployment ORDER BY time
-                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
+    WINDOW replica AS (PARTITION BY replica_id ORDER BY time ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
 
--- A deployment's totals as a step function: each replica's latest current value enters when it arrives
+-- A fleet's totals as a step function: each replica's latest current value enters when it arrives
 -- (replacing that replica's previous one if still current) and leaves when it goes stale, two reporting
 -- intervals later. `replicas` counts the replicas reporting. The request model restates this body over
 -- the states it has already read (20_span_engine_facts.sql, 40_requests.sql).
+CREATE OR REPLACE MACRO engine_fleet_states_between(t0, t1) AS TABLE
+    WITH s AS (
+        SELECT *, lag(time) OVER r AS prev_time, lag(waiting) OVER r AS prev_waiting, lead(time) OVER r AS next_time
+        FROM engine_states_between(t0, t1)
+        WINDOW r AS (PARTITION BY fleet, replica_id ORDER BY time)
+    ),
+    events AS (
+        SELECT fleet, time,
+               coalesce(waiting, 0)
+               - CASE WHEN time - prev_time <= (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
+                      THEN coalesce(prev_waiting, 0) ELSE 0 END AS d_waiting,
+               CASE WHEN time - prev_time <= (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
+                    THEN 0 ELSE 1 END AS d_replicas
+        FROM s
+        UNION ALL
+        SELECT fleet, time + (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND), -coalesce(waiting, 0), -1
+        FROM s
+        WHERE next_time IS NULL OR next_time - time > (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
+    )
+    SELECT fleet, time,
+           sum(d_waiting) OVER d AS waiting,
+           sum(d_replicas) OVER d AS replicas
+    FROM events
+    WINDOW d AS (PARTITION BY fleet ORDER BY time RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
+
+-- The same by the points' `deployment` alone: the fleet of a request whose deployment the engine points
+-- carry by name (40_requests.sql).
 CREATE OR REPLACE MACRO engine_deployment_states_between(t0, t1) AS TABLE
     WITH s AS (
         SELECT *, lag(time) OVER r AS prev_time, lag(waiting) OVER r AS prev_waiting, lead(time) OVER r AS next_time

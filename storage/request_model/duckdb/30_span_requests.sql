@@ -29,7 +29,7 @@ CREATE OR REPLACE MACRO llm_span_requests_between(t0, t1) AS TABLE
             queue_ms, prefill_ms, decode_ms, e2e_ms, cache_hit_ratio, queue_depth, replica_count, batch_size,
             prefill_tokens_in_batch, quantization, finish_reason, engine_queue_depth, engine_replica_count,
             engine_cache_hit_ratio, engine_kv_cache_usage, engine_running_requests, engine_preemptions,
-            engine_step_tokens, engine_settled, tenant_id, provider, operation
+            engine_step_tokens, engine_facts_reason, engine_settled, tenant_id, provider, operation
         FROM spans
         WHERE is_llm AND end_time >= t0::TIMESTAMP - INTERVAL 1 HOUR AND end_time < t1::TIMESTAMP + INTERVAL 1 HOUR
     ),
@@ -71,6 +71,7 @@ CREATE OR REPLACE MACRO llm_span_requests_between(t0, t1) AS TABLE
                c.engine_running_requests AS c_engine_running_requests,
                c.engine_preemptions AS c_engine_preemptions,
                c.engine_step_tokens AS c_engine_step_tokens,
+               c.engine_facts_reason AS c_engine_facts_reason,
                c.engine_settled AS c_engine_settled,
                c.tenant_id AS c_tenant_id,
                c.provider AS c_provider,
@@ -136,6 +137,9 @@ CREATE OR REPLACE MACRO llm_span_requests_between(t0, t1) AS TABLE
         coalesce(x.engine_running_requests, CASE WHEN p.attempt = 1 THEN p.c_engine_running_requests END) AS engine_running_requests,
         coalesce(x.engine_preemptions, CASE WHEN p.attempt = 1 THEN p.c_engine_preemptions END) AS engine_preemptions,
         coalesce(x.engine_step_tokens, CASE WHEN p.attempt = 1 THEN p.c_engine_step_tokens END) AS engine_step_tokens,
+        -- The reason is the settled span's, with the facts it explains: never a client's beside a server's facts.
+        CASE WHEN x.engine_settled IS NOT NULL THEN x.engine_facts_reason
+             WHEN p.attempt = 1 THEN p.c_engine_facts_reason END AS engine_facts_reason,
         coalesce(x.engine_settled, CASE WHEN p.attempt = 1 THEN p.c_engine_settled END) AS engine_settled,
         coalesce(p.c_tenant_id, x.tenant_id) AS tenant_id,
         coalesce(p.c_provider, x.provider) AS provider,

@@ -25,5 +25,6 @@ CREATE OR REPLACE MACRO llm_requests_settled_between(t0, t1) AS TABLE
            r.engine_kv_cache_usage AS kv_cache_usage,
            r.engine_running_requests AS running_requests,
            r.engine_preemptions AS preemptions,
-           r.engine_step_tokens AS step_tokens
+           r.engine_step_tokens AS step_tokens,
+           r.engine_facts_reason AS engine_facts_reason
     FROM llm_span_requests_between(t0, t1) AS r;
