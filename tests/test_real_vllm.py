@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from real_vllm import RunningVllm, running_vllm, vllm_environment
+from real_vllm import MAX_NUM_SEQS, RunningVllm, running_vllm, vllm_environment
 from serverproc import free_port
 from waiting import join, wait_until
 
@@ -43,6 +43,10 @@ PROMPT = "Summarize the standard library's pathlib module in one sentence."
 # times over (the model takes 4096 positions), however fast the machine decodes.
 LONG_TOKENS = 3000
 LONG_SECONDS = 600.0
+# The burst: five times what vLLM runs at once (MAX_NUM_SEQS), each long enough that the last ones wait
+# seconds for a place.
+BURST = 5 * MAX_NUM_SEQS
+BURST_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -196,12 +200,31 @@ def quiet_phase(stack: Stack) -> Phase:
     return Phase(timed, [(trace_id, span_id, "batch-jobs", answer["usage"]["completion_tokens"])])
 
 
-def engine_at(stack: Stack, metric: str, arrival_second: Any) -> float:
-    """The pod's `metric` as Tailwatch scraped it last at or before the second a request arrived in."""
+def burst_phase(stack: Stack) -> list[tuple[str, str]]:
+    """BURST requests at once against vLLM's MAX_NUM_SEQS: all arrive before any scrape has seen the queue they
+    form, and most then wait seconds in vLLM's queue (trace id, client span id each)."""
+    sent: list[tuple[str, str]] = []
+
+    def chat() -> None:
+        trace_id, span_id, _ = stack.gateway.chat("burst", PROMPT, BURST_TOKENS)
+        sent.append((trace_id, span_id))
+
+    threads = [threading.Thread(target=chat, daemon=True) for _ in range(BURST)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        join(thread, "a request of the burst to be answered", timeout=LONG_SECONDS)
+    return sent
+
+
+def engine_met(stack: Stack, metric: str, arrival_second: Any, wait_second: Any) -> float:
+    """The most of the pod's `metric` Tailwatch scraped from its last scrape at or before the second a request
+    arrived in through the second its wait in vLLM's queue ended in (docs/engine-metrics.md)."""
     (row,) = stack.service.rows(
-        "SELECT max(value) FROM engine_metrics WHERE replica_id = ? AND metric = ? AND time = "
+        "SELECT max(v) FROM (SELECT time, max(value) AS v FROM engine_metrics "
+        "WHERE replica_id = ? AND metric = ? GROUP BY time) WHERE time <= ? AND time >= "
         "(SELECT max(time) FROM engine_metrics WHERE replica_id = ? AND metric = ? AND time <= ?)",
-        [POD, metric, POD, metric, arrival_second],
+        [POD, metric, wait_second, POD, metric, arrival_second],
     )
     return float(row[0])
 
@@ -222,7 +245,8 @@ def test_vllm_requests_through_a_gateway_are_one_row_each_with_vllm_timings_the_
             for row in stack.service.rows(
                 "SELECT trace_id, span_id, client_span_id, server_span_id IS NOT NULL, tenant_id, replica_id, "
                 "deployment, model, input_tokens, output_tokens, ttft_ms, e2e_ms, queue_depth, queue_depth_source, "
-                "running_requests, kv_cache_usage, date_trunc('second', start_time) FROM llm_requests"
+                "running_requests, kv_cache_usage, date_trunc('second', start_time), "
+                "date_trunc('second', start_time + to_microseconds(CAST(1000 * queue_ms AS BIGINT))) FROM llm_requests"
             )
         }
         # One row per request: vLLM's span and the gateway's are one request, in the gateway's trace.
@@ -237,13 +261,41 @@ def test_vllm_requests_through_a_gateway_are_one_row_each_with_vllm_timings_the_
             # vLLM's seconds, in ms.
             assert row[9] == pytest.approx(s.ttft_s * 1000, rel=1e-9)
             assert row[10] == pytest.approx(s.e2e_s * 1000, rel=1e-9)
-            # The replica's state at arrival, from vLLM's /metrics as Tailwatch scraped it.
-            arrival = row[15]
-            assert row[11:13] == (engine_at(stack, "requests_waiting", arrival), "engine")
+            # The replica's state the request met, from vLLM's /metrics as Tailwatch scraped it: at arrival, and
+            # until vLLM scheduled it (its time_in_queue, milliseconds here, may end in the next second).
+            met = row[15:17]
+            assert row[11:13] == (engine_met(stack, "requests_waiting", *met), "engine")
             assert row[11] == 0
-            assert row[13] == engine_at(stack, "requests_running", arrival) >= 1
-            assert row[14] == pytest.approx(engine_at(stack, "kv_cache_usage", arrival))
+            assert row[13] == engine_met(stack, "requests_running", *met) >= 1
+            assert row[14] == pytest.approx(engine_met(stack, "kv_cache_usage", *met))
             assert 0 < row[14] < 1
         for trace_id, span_id, tenant, completion_tokens in quiet.untimed:
             assert rows[trace_id][:4] == (span_id, span_id, True, tenant)
             assert rows[trace_id][8] == completion_tokens == LONG_TOKENS
+
+        burst = burst_phase(stack)
+        sent += len(burst)
+        wait_until(
+            lambda: stack.service.rows("SELECT count(*) FROM spans WHERE name = 'llm_request'")[0][0] >= sent,
+            f"vLLM's {sent} llm_request spans to arrive",
+            timeout=ARRIVAL,
+        )
+        met = {
+            row[0]: row[1:]
+            for row in stack.service.rows(
+                "SELECT trace_id, queue_ms, queue_depth, running_requests, date_trunc('second', start_time), "
+                "date_trunc('second', start_time + to_microseconds(CAST(1000 * queue_ms AS BIGINT))) "
+                "FROM llm_requests WHERE tenant_id = 'burst'"
+            )
+        }
+        assert sorted(met) == sorted(trace_id for trace_id, _ in burst)
+        # Those that waited two seconds or more in vLLM's queue had a scrape inside their wait: each met the
+        # queue it waited in, though what Tailwatch had scraped by its arrival was the idle engine before the
+        # burst; and each met vLLM running all it runs at once.
+        queued = {t: m for t, m in met.items() if m[0] >= 2000}
+        assert queued, f"no request of the burst waited 2 s in vLLM's queue: {sorted(m[0] for m in met.values())}"
+        for _, queue_depth, running, arrival, wait_end in queued.values():
+            assert queue_depth == engine_met(stack, "requests_waiting", arrival, wait_end) >= 1
+            assert running == engine_met(stack, "requests_running", arrival, wait_end) == MAX_NUM_SEQS
+        head = [m for m in queued.values() if engine_met(stack, "requests_waiting", m[3], m[3]) == 0]
+        assert head, "every queued request of the burst arrived after a scrape had seen the queue"
