@@ -295,7 +295,6 @@ class Hypothesis:
     group: tuple[tuple[str, str], ...]  # as cluster dimensions, without the labels most requests share
     symptom: int
     test: Directed
-    measured: tuple[int, int]  # requests and bad ones of the symptom over the episode
     failures: list[str]  # the guards it failed; empty when it passed
 
     def candidate(self, window: Evidence) -> Candidate:
@@ -463,7 +462,7 @@ def alert_hypotheses(
         covered = since[key] if episode is not None else window.start
         test = Directed(evidence, covered, bars[key], len(tested))
         failures = guard_failures(evidence, measured, bars[key], config) if measured[1] else ["no request was bad"]
-        hypotheses[key] = Hypothesis(key[0], key[1], test, measured, failures)
+        hypotheses[key] = Hypothesis(key[0], key[1], test, failures)
     return AlertTests(of_alert, hypotheses)
 
 
