@@ -375,33 +375,35 @@ CREATE TABLE traffic_pattern_labels (
 --   step_tokens DOUBLE
 --   steps DOUBLE
 CREATE MACRO engine_states_between(t0, t1) AS TABLE WITH points AS (SELECT hash(replica_id, deployment, "name",
-    attributes) AS series, "time", replica_id, deployment, model, "resource", metric, kind, start_time, "value",
-    interval_s FROM engine_metrics WHERE ((metric IS NOT NULL) AND (replica_id IS NOT NULL) AND ("time" >= CAST(t0
-    AS TIMESTAMP)) AND ("time" < CAST(t1 AS TIMESTAMP)))), increments AS (SELECT replica_id, deployment, model,
-    "resource", metric, "time", interval_s, kind, CASE WHEN ((kind = 'gauge')) THEN ("value") WHEN ((kind =
-    'delta')) THEN ("value") WHEN ((prev IS NULL)) THEN (0) WHEN ((("value" < prev) OR (start_time IS DISTINCT FROM
-    prev_start))) THEN ("value") ELSE ("value" - prev) END AS amount FROM (SELECT *, lag("time") OVER (PARTITION BY
-    series ORDER BY "time", "value") AS prev_time, lag("value") OVER (PARTITION BY series ORDER BY "time", "value")
-    AS prev, lag(start_time) OVER (PARTITION BY series ORDER BY "time", "value") AS prev_start FROM points) WHERE
-    (prev_time IS DISTINCT FROM "time")), pivoted AS (SELECT replica_id, "time", max(deployment) AS deployment,
-    max(model) AS model, max(CAST("resource" AS VARCHAR)) AS "resource", max(interval_s) AS interval_s, sum(amount)
-    FILTER (WHERE (metric = 'requests_waiting')) AS waiting, sum(amount) FILTER (WHERE (metric =
-    'requests_running')) AS running, max(amount) FILTER (WHERE (metric = 'kv_cache_usage')) AS kv_cache_usage,
-    avg(amount) FILTER (WHERE (metric = 'cache_hit_rate')) AS cache_hit_rate, sum(amount) FILTER (WHERE (metric =
-    'prefix_cache_queries')) AS d_queries, sum(amount) FILTER (WHERE (metric = 'prefix_cache_hits')) AS d_hits,
-    sum(amount) FILTER (WHERE (metric = 'preemptions')) AS d_preemptions, sum(amount) FILTER (WHERE (metric =
-    'step_tokens_sum')) AS d_step_tokens, sum(amount) FILTER (WHERE (metric = 'step_tokens_count')) AS d_steps FROM
-    increments GROUP BY replica_id, "time") SELECT replica_id, deployment, COALESCE("nullif"(concat_ws(' ',
-    deployment, ('namespace=' || (CAST("resource" AS "JSON") ->> 'k8s.namespace.name')), ('workload=' ||
-    COALESCE((CAST("resource" AS "JSON") ->> 'k8s.deployment.name'), (CAST("resource" AS "JSON") ->>
-    'k8s.statefulset.name'), (CAST("resource" AS "JSON") ->> 'k8s.replicaset.name'))), ('model=' || model)), ''),
-    ('replica=' || replica_id)) AS fleet, "time", interval_s, waiting, running, kv_cache_usage, cache_hit_rate,
+    attributes) AS series, "time", replica_id, deployment, metric, kind, start_time, "value", interval_s FROM
+    engine_metrics WHERE ((metric IS NOT NULL) AND (replica_id IS NOT NULL) AND ("time" >= CAST(t0 AS TIMESTAMP))
+    AND ("time" < CAST(t1 AS TIMESTAMP)))), named_by AS (SELECT replica_id, "time", max(model) AS model,
+    any_value("resource") AS "resource" FROM engine_metrics WHERE ((metric IS NOT NULL) AND (replica_id IS NOT NULL)
+    AND ("time" >= CAST(t0 AS TIMESTAMP)) AND ("time" < CAST(t1 AS TIMESTAMP))) GROUP BY replica_id, "time"),
+    increments AS (SELECT replica_id, deployment, metric, "time", interval_s, kind, CASE WHEN ((kind = 'gauge'))
+    THEN ("value") WHEN ((kind = 'delta')) THEN ("value") WHEN ((prev IS NULL)) THEN (0) WHEN ((("value" < prev) OR
+    (start_time IS DISTINCT FROM prev_start))) THEN ("value") ELSE ("value" - prev) END AS amount FROM (SELECT *,
+    lag("time") OVER (PARTITION BY series ORDER BY "time", "value") AS prev_time, lag("value") OVER (PARTITION BY
+    series ORDER BY "time", "value") AS prev, lag(start_time) OVER (PARTITION BY series ORDER BY "time", "value") AS
+    prev_start FROM points) WHERE (prev_time IS DISTINCT FROM "time")), pivoted AS (SELECT replica_id, "time",
+    max(deployment) AS deployment, max(interval_s) AS interval_s, sum(amount) FILTER (WHERE (metric =
+    'requests_waiting')) AS waiting, sum(amount) FILTER (WHERE (metric = 'requests_running')) AS running,
+    max(amount) FILTER (WHERE (metric = 'kv_cache_usage')) AS kv_cache_usage, avg(amount) FILTER (WHERE (metric =
+    'cache_hit_rate')) AS cache_hit_rate, sum(amount) FILTER (WHERE (metric = 'prefix_cache_queries')) AS d_queries,
+    sum(amount) FILTER (WHERE (metric = 'prefix_cache_hits')) AS d_hits, sum(amount) FILTER (WHERE (metric =
+    'preemptions')) AS d_preemptions, sum(amount) FILTER (WHERE (metric = 'step_tokens_sum')) AS d_step_tokens,
+    sum(amount) FILTER (WHERE (metric = 'step_tokens_count')) AS d_steps FROM increments GROUP BY replica_id,
+    "time") SELECT replica_id, deployment, COALESCE("nullif"(concat_ws(' ', deployment, ('namespace=' ||
+    (n."resource" ->> 'k8s.namespace.name')), ('workload=' || COALESCE((n."resource" ->> 'k8s.deployment.name'),
+    (n."resource" ->> 'k8s.statefulset.name'), (n."resource" ->> 'k8s.replicaset.name'))), ('model=' || n.model)),
+    ''), ('replica=' || replica_id)) AS fleet, "time", interval_s, waiting, running, kv_cache_usage, cache_hit_rate,
     sum(d_queries) OVER (PARTITION BY replica_id ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
     AS cache_queries, sum(d_hits) OVER (PARTITION BY replica_id ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND
     CURRENT ROW) AS cache_hits, sum(d_preemptions) OVER (PARTITION BY replica_id ORDER BY "time" ROWS BETWEEN
     UNBOUNDED PRECEDING AND CURRENT ROW) AS preemptions, sum(d_step_tokens) OVER (PARTITION BY replica_id ORDER BY
     "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS step_tokens, sum(d_steps) OVER (PARTITION BY
-    replica_id ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS steps FROM pivoted;
+    replica_id ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS steps FROM (pivoted INNER JOIN
+    named_by AS n USING (replica_id, "time"));
 
 -- engine_deployment_states_between(t0, t1) returns:
 --   deployment VARCHAR

@@ -18,16 +18,25 @@
 CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
     WITH points AS (
         -- The series is hashed once so the window below sorts integers, not label JSON.
-        SELECT hash(replica_id, deployment, name, attributes) AS series, time, replica_id, deployment, model, resource,
-               metric, kind, start_time, value, interval_s
+        SELECT hash(replica_id, deployment, name, attributes) AS series, time, replica_id, deployment, metric, kind,
+               start_time, value, interval_s
         FROM engine_metrics
         WHERE metric IS NOT NULL AND replica_id IS NOT NULL
           AND time >= t0::TIMESTAMP AND time < t1::TIMESTAMP
     ),
+    -- What names the replica's fleet at each point time: its model label and its resource. Read apart from the
+    -- window below, which would otherwise sort the resource's text with every point.
+    named_by AS (
+        SELECT replica_id, time, max(model) AS model, any_value(resource) AS resource
+        FROM engine_metrics
+        WHERE metric IS NOT NULL AND replica_id IS NOT NULL
+          AND time >= t0::TIMESTAMP AND time < t1::TIMESTAMP
+        GROUP BY replica_id, time
+    ),
     increments AS (
         -- What each point adds: a gauge its level; a counter its growth since the series' previous point
         -- (a drop, or a new start time, is a reset: it grew by its whole value); a delta point itself.
-        SELECT replica_id, deployment, model, resource, metric, time, interval_s, kind,
+        SELECT replica_id, deployment, metric, time, interval_s, kind,
                CASE WHEN kind = 'gauge' THEN value
                     WHEN kind = 'delta' THEN value
                     WHEN prev IS NULL THEN 0
@@ -44,10 +53,9 @@ CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
     ),
     pivoted AS (
         -- Summed over the replica's series: a data-parallel engine reports one series per rank. One row per
-        -- replica and time, whatever its points say of its deployment and model (the largest of each), so that
-        -- a request finds one state.
-        SELECT replica_id, time, max(deployment) AS deployment, max(model) AS model,
-               max(resource::VARCHAR) AS resource, max(interval_s) AS interval_s,
+        -- replica and time, whatever its points say of its deployment (the largest), so that a request finds
+        -- one state.
+        SELECT replica_id, time, max(deployment) AS deployment, max(interval_s) AS interval_s,
                sum(amount) FILTER (WHERE metric = 'requests_waiting') AS waiting,
                sum(amount) FILTER (WHERE metric = 'requests_running') AS running,
                max(amount) FILTER (WHERE metric = 'kv_cache_usage') AS kv_cache_usage,
@@ -64,11 +72,11 @@ CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
     -- The fleet is read from the resource once per row here, not once per point.
     SELECT replica_id, deployment,
            coalesce(nullif(concat_ws(' ', deployment,
-                                     'namespace=' || (resource::JSON->>'k8s.namespace.name'),
-                                     'workload=' || coalesce(resource::JSON->>'k8s.deployment.name',
-                                                             resource::JSON->>'k8s.statefulset.name',
-                                                             resource::JSON->>'k8s.replicaset.name'),
-                                     'model=' || model), ''),
+                                     'namespace=' || (n.resource->>'k8s.namespace.name'),
+                                     'workload=' || coalesce(n.resource->>'k8s.deployment.name',
+                                                             n.resource->>'k8s.statefulset.name',
+                                                             n.resource->>'k8s.replicaset.name'),
+                                     'model=' || n.model), ''),
                     'replica=' || replica_id) AS fleet,
            time, interval_s, waiting, running, kv_cache_usage, cache_hit_rate,
            sum(d_queries) OVER replica AS cache_queries,
@@ -76,7 +84,7 @@ CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
            sum(d_preemptions) OVER replica AS preemptions,
            sum(d_step_tokens) OVER replica AS step_tokens,
            sum(d_steps) OVER replica AS steps
-    FROM pivoted
+    FROM pivoted JOIN named_by AS n USING (replica_id, time)
     WINDOW replica AS (PARTITION BY replica_id ORDER BY time ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
 
 -- A fleet's totals as a step function: each replica's latest current value enters when it arrives
