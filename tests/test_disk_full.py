@@ -133,7 +133,7 @@ def test_the_reserve_takes_at_most_half_the_free_space_and_is_given_up_whole(tmp
 
 @pytest.mark.parametrize(
     ("attributes", "payload", "failure"),
-    [("whole", 600, duckdb.FatalException), ("split", 520, duckdb.TransactionException)],
+    [("whole", 600, duckdb.FatalException), ("split", 280, duckdb.TransactionException)],
 )
 def test_without_a_reserve_a_retention_that_cannot_write_fails_once_and_nothing_hangs(
     small_disk: Path, attributes: str, payload: int, failure: type[Exception]
