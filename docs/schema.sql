@@ -405,43 +405,141 @@ CREATE MACRO engine_states_between(t0, t1) AS TABLE WITH points AS (SELECT hash(
     replica_id ORDER BY "time" ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS steps FROM (pivoted INNER JOIN
     named_by AS n USING (replica_id, "time"));
 
+-- engine_fleet_steps_between(t0, t1, by_name) returns:
+--   fleet VARCHAR
+--   time TIMESTAMP
+--   waiting DOUBLE
+--   replicas HUGEINT
+CREATE MACRO engine_fleet_steps_between(t0, t1, by_name) AS TABLE WITH s AS (SELECT CASE WHEN (by_name) THEN
+    (deployment) ELSE fleet END AS fleet, replica_id, "time", waiting, (CAST((2e6 * interval_s) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))) AS current_for, lag("time") OVER (PARTITION BY CASE
+    WHEN (by_name) THEN (deployment) ELSE fleet END, replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER
+    (PARTITION BY CASE WHEN (by_name) THEN (deployment) ELSE fleet END, replica_id ORDER BY "time") AS prev_waiting,
+    lead("time") OVER (PARTITION BY CASE WHEN (by_name) THEN (deployment) ELSE fleet END, replica_id ORDER BY
+    "time") AS next_time FROM engine_states_between(t0, t1) WHERE ((NOT by_name) OR (deployment IS NOT NULL))),
+    events AS ((SELECT fleet, "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <= current_for)) THEN
+    (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= current_for)) THEN (0)
+    ELSE 1 END AS d_replicas FROM s) UNION ALL (SELECT fleet, ("time" + current_for), (-(COALESCE(waiting, 0))), -1
+    FROM s WHERE ((next_time IS NULL) OR ((next_time - "time") > current_for)))) SELECT fleet, "time",
+    sum(d_waiting) OVER (PARTITION BY fleet ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY fleet
+    ORDER BY "time") AS replicas FROM events;
+
 -- engine_deployment_states_between(t0, t1) returns:
 --   deployment VARCHAR
 --   time TIMESTAMP
 --   waiting DOUBLE
 --   replicas HUGEINT
-CREATE MACRO engine_deployment_states_between(t0, t1) AS TABLE WITH s AS (SELECT *, lag("time") OVER (PARTITION BY
-    deployment, replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY deployment, replica_id
-    ORDER BY "time") AS prev_waiting, lead("time") OVER (PARTITION BY deployment, replica_id ORDER BY "time") AS
-    next_time FROM engine_states_between(t0, t1) WHERE (deployment IS NOT NULL)), events AS ((SELECT deployment,
-    "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS
-    d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS d_replicas FROM s) UNION ALL
-    (SELECT deployment, ("time" + (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE ((next_time IS NULL) OR ((next_time - "time")
-    > (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT
-    deployment, "time", sum(d_waiting) OVER (PARTITION BY deployment ORDER BY "time") AS waiting, sum(d_replicas)
-    OVER (PARTITION BY deployment ORDER BY "time") AS replicas FROM events;
+CREATE MACRO engine_deployment_states_between(t0, t1) AS TABLE SELECT fleet AS deployment, "time", waiting, replicas
+    FROM engine_fleet_steps_between(t0, t1, true);
 
 -- engine_fleet_states_between(t0, t1) returns:
 --   fleet VARCHAR
 --   time TIMESTAMP
 --   waiting DOUBLE
 --   replicas HUGEINT
-CREATE MACRO engine_fleet_states_between(t0, t1) AS TABLE WITH s AS (SELECT *, lag("time") OVER (PARTITION BY fleet,
-    replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY fleet, replica_id ORDER BY "time") AS
-    prev_waiting, lead("time") OVER (PARTITION BY fleet, replica_id ORDER BY "time") AS next_time FROM
-    engine_states_between(t0, t1)), events AS ((SELECT fleet, "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" -
-    prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))
-    THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 *
-    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS
-    d_replicas FROM s) UNION ALL (SELECT fleet, ("time" + (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE
-    ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT fleet, "time", sum(d_waiting) OVER
-    (PARTITION BY fleet ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY fleet ORDER BY "time") AS
-    replicas FROM events;
+CREATE MACRO engine_fleet_states_between(t0, t1) AS TABLE SELECT fleet, "time", waiting, replicas FROM
+    engine_fleet_steps_between(t0, t1, false);
+
+CREATE MACRO request_wait_ended(start_time, end_time, queue_ms, ttft_ms, prefill_ms) AS date_trunc('second',
+    (start_time + to_microseconds(CAST((1000 * least(greatest(COALESCE(queue_ms, (ttft_ms - prefill_ms), 0), 0),
+    date_diff('millisecond', start_time, end_time))) AS BIGINT))));
+
+-- engine_facts_between(t0, t1, replica_facts, fleet_facts) returns:
+--   replica_id VARCHAR
+--   deployment VARCHAR
+--   second TIMESTAMP
+--   wait_second TIMESTAMP
+--   end_second TIMESTAMP
+--   departure_time TIMESTAMP
+--   reach_lo TIMESTAMP
+--   reach_hi TIMESTAMP
+--   queue_depth BIGINT
+--   replica_count BIGINT
+--   cache_hit_ratio DOUBLE
+--   kv_cache_usage DOUBLE
+--   running_requests BIGINT
+--   preemptions BIGINT
+--   step_tokens DOUBLE
+--   facts_reason VARCHAR
+CREATE MACRO engine_facts_between(t0, t1, replica_facts, fleet_facts) AS TABLE WITH keys AS NOT MATERIALIZED (SELECT
+    replica_id, deployment, start_time, end_time, date_trunc('second', start_time) AS "second",
+    request_wait_ended(start_time, end_time, queue_ms, ttft_ms, prefill_ms) AS wait_second, (date_trunc('second',
+    end_time) + to_seconds(CAST(1 AS DOUBLE))) AS end_second FROM span_rows WHERE (is_llm AND (engine_settled IS
+    NULL) AND (end_time >= CAST(t0 AS TIMESTAMP)) AND (end_time < CAST(t1 AS TIMESTAMP)))), reach AS MATERIALIZED
+    (SELECT (lo - margin) AS lo, (hi + margin) AS hi FROM (SELECT min(start_time) AS lo, max(end_time) AS hi FROM
+    keys) AS span , (SELECT (CAST((2e6 * COALESCE(max(interval_s), 0)) AS BIGINT) *
+    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))) AS margin FROM engine_metrics WHERE (("time" >=
+    (span.lo - to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT)))) AND ("time" < (span.hi +
+    to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states AS MATERIALIZED (SELECT *, (CAST((2e6 *
+    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))) AS current_for FROM
+    engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival AS MATERIALIZED (SELECT k.*, s.*
+    EXCLUDE (replica_id), ((k."second" - s."time") <= s.current_for) AS is_current FROM ((SELECT DISTINCT
+    replica_id, "second" FROM keys WHERE ((replica_id IS NOT NULL) AND (replica_facts OR fleet_facts) AND
+    EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time"
+    <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id), ((s."time" - k."second") <=
+    s.current_for) AS is_current FROM ((SELECT DISTINCT replica_id, end_second AS "second" FROM keys WHERE
+    ((replica_id IS NOT NULL) AND replica_facts AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s
+    ON (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))), waited AS (SELECT k.replica_id, k."second",
+    k.wait_second, max(s.running) AS running, max(s.kv_cache_usage) AS kv_cache_usage FROM ((SELECT DISTINCT
+    replica_id, "second", wait_second FROM keys WHERE ((replica_id IS NOT NULL) AND (wait_second > "second") AND
+    replica_facts AND EXISTS(SELECT 1 FROM states))) AS k INNER JOIN states AS s ON (((s.replica_id = k.replica_id)
+    AND (s."time" > k."second") AND (s."time" <= k.wait_second)))) GROUP BY k.replica_id, k."second",
+    k.wait_second), named AS MATERIALIZED (SELECT DISTINCT deployment FROM states WHERE (deployment IS NOT NULL)),
+    identities AS (SELECT replica_id, arg_min(fleet, "time") AS fleet FROM states GROUP BY replica_id), fleet_keys
+    AS MATERIALIZED (SELECT k.replica_id, k.deployment, k."second", k.wait_second, COALESCE((k.deployment =
+    ANY(SELECT deployment FROM named)), false) AS by_name, CASE WHEN ((k.deployment = ANY(SELECT deployment FROM
+    named))) THEN (k.deployment) ELSE COALESCE(a.fleet, i.fleet) END AS fleet FROM (((SELECT DISTINCT replica_id,
+    deployment, "second", wait_second FROM keys WHERE (fleet_facts AND EXISTS(SELECT 1 FROM states))) AS k LEFT JOIN
+    arrival AS a ON (((a.replica_id = k.replica_id) AND (a."second" = k."second")))) LEFT JOIN identities AS i ON
+    ((i.replica_id = k.replica_id)))), fleet_states AS ((SELECT true AS by_name, deployment AS fleet, replica_id,
+    "time", waiting, current_for FROM states WHERE (deployment = ANY(SELECT fleet FROM fleet_keys WHERE by_name)))
+    UNION ALL (SELECT false AS by_name, fleet, replica_id, "time", waiting, current_for FROM states WHERE (fleet =
+    ANY(SELECT fleet FROM fleet_keys WHERE (NOT by_name))))), fleets AS MATERIALIZED (WITH s AS (SELECT *,
+    lag("time") OVER (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER
+    (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS prev_waiting, lead("time") OVER (PARTITION BY
+    by_name, fleet, replica_id ORDER BY "time") AS next_time FROM fleet_states), events AS ((SELECT by_name, fleet,
+    "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <= current_for)) THEN (COALESCE(prev_waiting,
+    0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= current_for)) THEN (0) ELSE 1 END AS
+    d_replicas FROM s) UNION ALL (SELECT by_name, fleet, ("time" + current_for), (-(COALESCE(waiting, 0))), -1 FROM
+    s WHERE ((next_time IS NULL) OR ((next_time - "time") > current_for)))) SELECT by_name, fleet, "time",
+    sum(d_waiting) OVER (PARTITION BY by_name, fleet ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY
+    by_name, fleet ORDER BY "time") AS replicas FROM events), fleet_at AS (SELECT k.*, s.waiting, s.replicas FROM
+    ((SELECT DISTINCT by_name, fleet, "second" FROM fleet_keys WHERE (fleet IS NOT NULL)) AS k ASOF LEFT JOIN fleets
+    AS s ON (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND (s."time" <= k."second"))))), fleet_waited AS
+    (SELECT k.by_name, k.fleet, k."second", k.wait_second, max(s.waiting) AS waiting, max(s.replicas) AS replicas
+    FROM ((SELECT DISTINCT by_name, fleet, "second", wait_second FROM fleet_keys WHERE ((fleet IS NOT NULL) AND
+    (wait_second > "second"))) AS k INNER JOIN fleets AS s ON (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND
+    (s."time" > k."second") AND (s."time" <= k.wait_second)))) GROUP BY k.by_name, k.fleet, k."second",
+    k.wait_second), fleet AS (SELECT f.replica_id, f.deployment, f."second", f.wait_second, greatest(CASE WHEN
+    ((fa.replicas > 0)) THEN (fa.waiting) ELSE NULL END, fw.waiting) AS waiting, greatest(fa.replicas, fw.replicas)
+    AS replicas FROM ((fleet_keys AS f LEFT JOIN fleet_at AS fa ON (((fa.by_name = f.by_name) AND (fa.fleet =
+    f.fleet) AND (fa."second" = f."second")))) LEFT JOIN fleet_waited AS fw ON (((fw.by_name = f.by_name) AND
+    (fw.fleet = f.fleet) AND (fw."second" = f."second") AND (fw.wait_second = f.wait_second))))), lifetime AS
+    (SELECT k.*, a.is_current AS arrival_current, e.is_current AS departure_current, e."time" AS departure_time,
+    (w.replica_id IS NOT NULL) AS has_waited, CASE WHEN (a.is_current) THEN (a.cache_hit_rate) ELSE NULL END AS
+    cache_hit_rate, greatest(CASE WHEN (a.is_current) THEN (a.kv_cache_usage) ELSE NULL END, w.kv_cache_usage) AS
+    kv_cache_usage, greatest(CASE WHEN (a.is_current) THEN (a.running) ELSE NULL END, w.running) AS running, CASE
+    WHEN ((a.is_current AND e.is_current)) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END AS
+    cache_queries, CASE WHEN ((a.is_current AND e.is_current)) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END AS
+    cache_hits, CASE WHEN ((a.is_current AND e.is_current)) THEN ((e.preemptions - a.preemptions)) ELSE NULL END AS
+    preemptions, CASE WHEN ((a.is_current AND e.is_current)) THEN ((e.step_tokens - a.step_tokens)) ELSE NULL END AS
+    step_tokens, CASE WHEN ((a.is_current AND e.is_current)) THEN ((e.steps - a.steps)) ELSE NULL END AS steps,
+    d.waiting, d.replicas FROM (((((SELECT DISTINCT replica_id, deployment, "second", wait_second, end_second FROM
+    keys) AS k LEFT JOIN arrival AS a ON (((a.replica_id = k.replica_id) AND (a."second" = k."second")))) LEFT JOIN
+    departure AS e ON (((e.replica_id = k.replica_id) AND (e."second" = k.end_second)))) LEFT JOIN waited AS w ON
+    (((w.replica_id = k.replica_id) AND (w."second" = k."second") AND (w.wait_second = k.wait_second)))) LEFT JOIN
+    fleet AS d ON (((d.replica_id IS NOT DISTINCT FROM k.replica_id) AND (d.deployment IS NOT DISTINCT FROM
+    k.deployment) AND (d."second" = k."second") AND (d.wait_second = k.wait_second))))) SELECT replica_id,
+    deployment, "second", wait_second, end_second, departure_time, (SELECT lo FROM reach) AS reach_lo, (SELECT hi
+    FROM reach) AS reach_hi, CASE WHEN ((replicas > 0)) THEN (CAST(round(waiting) AS BIGINT)) ELSE NULL END AS
+    queue_depth, CASE WHEN ((replicas > 0)) THEN (CAST(replicas AS BIGINT)) ELSE NULL END AS replica_count,
+    COALESCE(CASE WHEN ((cache_queries > 0)) THEN (least(1.0, (cache_hits / cache_queries))) ELSE NULL END,
+    cache_hit_rate) AS cache_hit_ratio, kv_cache_usage, CAST(round(running) AS BIGINT) AS running_requests,
+    CAST(round(preemptions) AS BIGINT) AS preemptions, CASE WHEN ((steps > 0)) THEN ((step_tokens / steps)) ELSE
+    NULL END AS step_tokens, CASE WHEN ((replica_id IS NULL)) THEN ('no_replica') WHEN (((NOT
+    COALESCE(arrival_current, false)) AND (NOT has_waited) AND (NOT COALESCE(departure_current, false)))) THEN
+    ('no_points_for_replica') WHEN ((NOT COALESCE(arrival_current, false))) THEN ('stale') WHEN ((NOT
+    COALESCE(departure_current, false))) THEN ('source_behind') ELSE NULL END AS facts_reason FROM lifetime;
 
 -- view slo_status:
 --   slo VARCHAR
@@ -477,111 +575,22 @@ CREATE VIEW slo_status AS WITH latest AS (SELECT slo, max(window_end) AS window_
 --   preemptions BIGINT
 --   step_tokens DOUBLE
 --   facts_reason VARCHAR
-CREATE MACRO span_engine_facts_between(t0, t1) AS TABLE WITH keys AS NOT MATERIALIZED (SELECT rowid AS row_id,
-    replica_id, deployment, start_time, end_time, date_trunc('second', start_time) AS "second", date_trunc('second',
-    (start_time + to_microseconds(CAST((1000 * least(greatest(COALESCE(queue_ms, (ttft_ms - prefill_ms), 0), 0),
-    date_diff('millisecond', start_time, end_time))) AS BIGINT)))) AS wait_second FROM span_rows WHERE (is_llm AND
-    (engine_settled IS NULL) AND (end_time >= CAST(t0 AS TIMESTAMP)) AND (end_time < CAST(t1 AS TIMESTAMP)))), reach
-    AS MATERIALIZED (SELECT (lo - margin) AS lo, (hi + margin) AS hi FROM (SELECT min(start_time) AS lo,
-    max(end_time) AS hi FROM keys) AS span , (SELECT (CAST((2e6 * COALESCE(max(interval_s), 0)) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))) AS margin FROM engine_metrics WHERE (("time" >=
-    (span.lo - to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT)))) AND ("time" < (span.hi +
-    to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states AS MATERIALIZED (SELECT * FROM
-    engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival AS MATERIALIZED (SELECT k.*, s.*
-    EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, "second" FROM keys WHERE ((replica_id IS NOT NULL) AND
-    EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time"
-    <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id,
-    (date_trunc('second', end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys WHERE ((replica_id IS NOT
-    NULL) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND
-    (s."time" >= k."second"))))), waited AS (SELECT k.replica_id, k."second", k.wait_second, max(s.running) AS
-    running, max(s.kv_cache_usage) AS kv_cache_usage FROM ((SELECT DISTINCT replica_id, "second", wait_second FROM
-    keys WHERE ((replica_id IS NOT NULL) AND (wait_second > "second") AND EXISTS(SELECT 1 FROM states))) AS k INNER
-    JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" > k."second") AND (s."time" <=
-    k.wait_second)))) GROUP BY k.replica_id, k."second", k.wait_second), named AS MATERIALIZED (SELECT DISTINCT
-    deployment FROM states WHERE (deployment IS NOT NULL)), identities AS (SELECT replica_id, arg_min(fleet, "time")
-    AS fleet FROM states GROUP BY replica_id), fleet_keys AS MATERIALIZED (SELECT k.replica_id, k.deployment,
-    k."second", k.wait_second, COALESCE((k.deployment = ANY(SELECT deployment FROM named)), false) AS by_name, CASE
-    WHEN ((k.deployment = ANY(SELECT deployment FROM named))) THEN (k.deployment) ELSE COALESCE(a.fleet, i.fleet)
-    END AS fleet FROM (((SELECT DISTINCT replica_id, deployment, "second", wait_second FROM keys WHERE EXISTS(SELECT
-    1 FROM states)) AS k LEFT JOIN arrival AS a ON (((a.replica_id = k.replica_id) AND (a."second" = k."second"))))
-    LEFT JOIN identities AS i ON ((i.replica_id = k.replica_id)))), fleet_states AS ((SELECT true AS by_name,
-    deployment AS fleet, replica_id, "time", waiting, interval_s FROM states WHERE (deployment = ANY(SELECT fleet
-    FROM fleet_keys WHERE by_name))) UNION ALL (SELECT false AS by_name, fleet, replica_id, "time", waiting,
-    interval_s FROM states WHERE (fleet = ANY(SELECT fleet FROM fleet_keys WHERE (NOT by_name))))), fleets AS
-    MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS
-    prev_time, lag(waiting) OVER (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS prev_waiting,
-    lead("time") OVER (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS next_time FROM fleet_states),
-    events AS ((SELECT by_name, fleet, "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <=
-    (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN
-    (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 *
-    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS
-    d_replicas FROM s) UNION ALL (SELECT by_name, fleet, ("time" + (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE
-    ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT by_name, fleet, "time", sum(d_waiting)
-    OVER (PARTITION BY by_name, fleet ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY by_name, fleet
-    ORDER BY "time") AS replicas FROM events), fleet_at AS (SELECT k.*, s.waiting, s.replicas FROM ((SELECT DISTINCT
-    by_name, fleet, "second" FROM fleet_keys WHERE (fleet IS NOT NULL)) AS k ASOF LEFT JOIN fleets AS s ON
-    (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND (s."time" <= k."second"))))), fleet_waited AS (SELECT
-    k.by_name, k.fleet, k."second", k.wait_second, max(s.waiting) AS waiting, max(s.replicas) AS replicas FROM
-    ((SELECT DISTINCT by_name, fleet, "second", wait_second FROM fleet_keys WHERE ((fleet IS NOT NULL) AND
-    (wait_second > "second"))) AS k INNER JOIN fleets AS s ON (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND
-    (s."time" > k."second") AND (s."time" <= k.wait_second)))) GROUP BY k.by_name, k.fleet, k."second",
-    k.wait_second), fleet AS (SELECT f.replica_id, f.deployment, f."second", f.wait_second, greatest(CASE WHEN
-    ((fa.replicas > 0)) THEN (fa.waiting) ELSE NULL END, fw.waiting) AS waiting, greatest(fa.replicas, fw.replicas)
-    AS replicas FROM ((fleet_keys AS f LEFT JOIN fleet_at AS fa ON (((fa.by_name = f.by_name) AND (fa.fleet =
-    f.fleet) AND (fa."second" = f."second")))) LEFT JOIN fleet_waited AS fw ON (((fw.by_name = f.by_name) AND
-    (fw.fleet = f.fleet) AND (fw."second" = f."second") AND (fw.wait_second = f.wait_second))))), sources AS
-    MATERIALIZED (SELECT DISTINCT replica_id FROM engine_metrics WHERE ((metric IS NOT NULL) AND (replica_id IS NOT
-    NULL) AND ("time" >= ((SELECT lo FROM reach) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ("time"
-    < (SELECT hi FROM reach)))), newest AS MATERIALIZED (SELECT max("time") AS "time" FROM engine_metrics WHERE
-    (metric IS NOT NULL)) SELECT r.row_id, CASE WHEN ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE
-    NULL END AS queue_depth, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas AS BIGINT)) ELSE NULL END AS
-    replica_count, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
-    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN
-    ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE WHEN ((((a."second" - a."time")
-    <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND
-    ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END / CASE WHEN ((((a."second" -
-    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
-    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN
-    (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate) ELSE NULL END) AS cache_hit_ratio, greatest(CASE WHEN
-    (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))) THEN (a.kv_cache_usage) ELSE NULL END, w.kv_cache_usage) AS kv_cache_usage,
-    CAST(round(greatest(CASE WHEN (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.running) ELSE NULL END, w.running)) AS
-    BIGINT) AS running_requests, CAST(round(CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
-    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.preemptions
-    - a.preemptions)) ELSE NULL END) AS BIGINT) AS preemptions, CASE WHEN ((CASE WHEN ((((a."second" - a."time") <=
-    (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND
-    ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.steps - a.steps)) ELSE NULL END > 0)) THEN ((CASE WHEN ((((a."second" -
-    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
-    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.step_tokens - a.step_tokens)) ELSE NULL END / CASE WHEN ((((a."second" -
-    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
-    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.steps - a.steps)) ELSE NULL END)) ELSE NULL END AS step_tokens, CASE WHEN
-    ((r.replica_id IS NULL)) THEN ('no_replica') WHEN (((NOT COALESCE(((a."second" - a."time") <= (CAST((2e6 *
-    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), false)) AND
-    (w.replica_id IS NULL) AND (NOT COALESCE(((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), false)))) THEN ('no_points_for_replica') WHEN ((NOT
-    COALESCE(((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT)))), false))) THEN ('stale') WHEN ((NOT COALESCE(((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), false))) THEN
-    ('source_behind') ELSE NULL END AS facts_reason FROM (((((keys AS r LEFT JOIN arrival AS a ON (((a.replica_id =
-    r.replica_id) AND (a."second" = r."second")))) LEFT JOIN departure AS e ON (((e.replica_id = r.replica_id) AND
-    (e."second" = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE))))))) LEFT JOIN waited AS w ON
-    (((w.replica_id = r.replica_id) AND (w."second" = r."second") AND (w.wait_second = r.wait_second)))) LEFT JOIN
-    fleet AS d ON (((d.replica_id IS NOT DISTINCT FROM r.replica_id) AND (d.deployment IS NOT DISTINCT FROM
-    r.deployment) AND (d."second" = r."second") AND (d.wait_second = r.wait_second)))) LEFT JOIN sources AS src ON
-    ((src.replica_id = r.replica_id))) WHERE CASE WHEN ((src.replica_id IS NULL)) THEN ((r.end_time < (SELECT "time"
-    FROM newest))) ELSE ((e."time" IS NOT NULL) OR ((SELECT "time" FROM newest) >= (r.end_time +
-    to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) END;
+CREATE MACRO span_engine_facts_between(t0, t1) AS TABLE WITH spans_to_settle AS (SELECT rowid AS row_id, replica_id,
+    deployment, start_time, end_time, date_trunc('second', start_time) AS "second", request_wait_ended(start_time,
+    end_time, queue_ms, ttft_ms, prefill_ms) AS wait_second, (date_trunc('second', end_time) + to_seconds(CAST(1 AS
+    DOUBLE))) AS end_second FROM span_rows WHERE (is_llm AND (engine_settled IS NULL) AND (end_time >= CAST(t0 AS
+    TIMESTAMP)) AND (end_time < CAST(t1 AS TIMESTAMP)))), facts AS MATERIALIZED (SELECT * FROM
+    engine_facts_between(t0, t1, true, true)), sources AS MATERIALIZED (SELECT DISTINCT replica_id FROM
+    engine_metrics WHERE ((metric IS NOT NULL) AND (replica_id IS NOT NULL) AND ("time" >= ((SELECT min(reach_lo)
+    FROM facts) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ("time" < (SELECT max(reach_hi) FROM
+    facts)))), newest AS MATERIALIZED (SELECT max("time") AS "time" FROM engine_metrics WHERE (metric IS NOT NULL))
+    SELECT r.row_id, f.queue_depth, f.replica_count, f.cache_hit_ratio, f.kv_cache_usage, f.running_requests,
+    f.preemptions, f.step_tokens, f.facts_reason FROM ((spans_to_settle AS r INNER JOIN facts AS f ON
+    (((f.replica_id IS NOT DISTINCT FROM r.replica_id) AND (f.deployment IS NOT DISTINCT FROM r.deployment) AND
+    (f."second" = r."second") AND (f.wait_second = r.wait_second) AND (f.end_second = r.end_second)))) LEFT JOIN
+    sources AS src ON ((src.replica_id = r.replica_id))) WHERE CASE WHEN ((src.replica_id IS NULL)) THEN
+    ((r.end_time < (SELECT "time" FROM newest))) ELSE ((f.departure_time IS NOT NULL) OR ((SELECT "time" FROM
+    newest) >= (r.end_time + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) END;
 
 -- view spans:
 --   trace_id VARCHAR
@@ -925,137 +934,29 @@ CREATE VIEW llm_request_scores AS SELECT * FROM llm_request_scores_between(CAST(
 --   preemptions BIGINT
 --   step_tokens DOUBLE
 --   engine_facts_reason VARCHAR
-CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)), keys
-    AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time, date_trunc('second', start_time) AS
-    "second", date_trunc('second', (start_time + to_microseconds(CAST((1000 * least(greatest(COALESCE(queue_ms,
-    (ttft_ms - prefill_ms), 0), 0), date_diff('millisecond', start_time, end_time))) AS BIGINT)))) AS wait_second
-    FROM spans WHERE (is_llm AND (engine_settled IS NULL) AND (end_time >= (CAST(t0 AS TIMESTAMP) -
-    to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND (end_time < (CAST(t1 AS TIMESTAMP) +
-    to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))), reach AS MATERIALIZED (SELECT (lo - margin) AS lo, (hi +
-    margin) AS hi FROM (SELECT min(start_time) AS lo, max(end_time) AS hi FROM keys) AS span , (SELECT (CAST((2e6 *
-    COALESCE(max(interval_s), 0)) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))) AS margin
-    FROM engine_metrics WHERE (("time" >= (span.lo - to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT)))) AND
-    ("time" < (span.hi + to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states AS MATERIALIZED (SELECT *
-    FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival AS MATERIALIZED (SELECT
-    k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, "second" FROM keys WHERE ((replica_id IS NOT
-    NULL) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND
-    (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT
-    replica_id, (date_trunc('second', end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys WHERE
-    ((replica_id IS NOT NULL) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id
-    = k.replica_id) AND (s."time" >= k."second"))))), waited AS (SELECT k.replica_id, k."second", k.wait_second,
-    max(s.running) AS running, max(s.kv_cache_usage) AS kv_cache_usage FROM ((SELECT DISTINCT replica_id, "second",
-    wait_second FROM keys WHERE ((replica_id IS NOT NULL) AND (wait_second > "second") AND EXISTS(SELECT 1 FROM
-    states))) AS k INNER JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" > k."second") AND
-    (s."time" <= k.wait_second)))) GROUP BY k.replica_id, k."second", k.wait_second), named AS MATERIALIZED (SELECT
-    DISTINCT deployment FROM states WHERE (deployment IS NOT NULL)), identities AS (SELECT replica_id,
-    arg_min(fleet, "time") AS fleet FROM states GROUP BY replica_id), fleet_keys AS MATERIALIZED (SELECT
-    k.replica_id, k.deployment, k."second", k.wait_second, COALESCE((k.deployment = ANY(SELECT deployment FROM
-    named)), false) AS by_name, CASE WHEN ((k.deployment = ANY(SELECT deployment FROM named))) THEN (k.deployment)
-    ELSE COALESCE(a.fleet, i.fleet) END AS fleet FROM (((SELECT DISTINCT replica_id, deployment, "second",
-    wait_second FROM keys WHERE EXISTS(SELECT 1 FROM states)) AS k LEFT JOIN arrival AS a ON (((a.replica_id =
-    k.replica_id) AND (a."second" = k."second")))) LEFT JOIN identities AS i ON ((i.replica_id = k.replica_id)))),
-    fleet_states AS ((SELECT true AS by_name, deployment AS fleet, replica_id, "time", waiting, interval_s FROM
-    states WHERE (deployment = ANY(SELECT fleet FROM fleet_keys WHERE by_name))) UNION ALL (SELECT false AS by_name,
-    fleet, replica_id, "time", waiting, interval_s FROM states WHERE (fleet = ANY(SELECT fleet FROM fleet_keys WHERE
-    (NOT by_name))))), fleets AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER (PARTITION BY by_name, fleet,
-    replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY by_name, fleet, replica_id ORDER BY
-    "time") AS prev_waiting, lead("time") OVER (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS
-    next_time FROM fleet_states), events AS ((SELECT by_name, fleet, "time", (COALESCE(waiting, 0) - CASE WHEN
-    ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT))))) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <=
-    (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE
-    1 END AS d_replicas FROM s) UNION ALL (SELECT by_name, fleet, ("time" + (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE
-    ((next_time IS NULL) OR ((next_time - "time") > (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT by_name, fleet, "time", sum(d_waiting)
-    OVER (PARTITION BY by_name, fleet ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY by_name, fleet
-    ORDER BY "time") AS replicas FROM events), fleet_at AS (SELECT k.*, s.waiting, s.replicas FROM ((SELECT DISTINCT
-    by_name, fleet, "second" FROM fleet_keys WHERE (fleet IS NOT NULL)) AS k ASOF LEFT JOIN fleets AS s ON
-    (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND (s."time" <= k."second"))))), fleet_waited AS (SELECT
-    k.by_name, k.fleet, k."second", k.wait_second, max(s.waiting) AS waiting, max(s.replicas) AS replicas FROM
-    ((SELECT DISTINCT by_name, fleet, "second", wait_second FROM fleet_keys WHERE ((fleet IS NOT NULL) AND
-    (wait_second > "second"))) AS k INNER JOIN fleets AS s ON (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND
-    (s."time" > k."second") AND (s."time" <= k.wait_second)))) GROUP BY k.by_name, k.fleet, k."second",
-    k.wait_second), fleet AS (SELECT f.replica_id, f.deployment, f."second", f.wait_second, greatest(CASE WHEN
-    ((fa.replicas > 0)) THEN (fa.waiting) ELSE NULL END, fw.waiting) AS waiting, greatest(fa.replicas, fw.replicas)
-    AS replicas FROM ((fleet_keys AS f LEFT JOIN fleet_at AS fa ON (((fa.by_name = f.by_name) AND (fa.fleet =
-    f.fleet) AND (fa."second" = f."second")))) LEFT JOIN fleet_waited AS fw ON (((fw.by_name = f.by_name) AND
-    (fw.fleet = f.fleet) AND (fw."second" = f."second") AND (fw.wait_second = f.wait_second))))) SELECT r.trace_id,
-    r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name", r.kind, r.start_time, r.end_time,
-    r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model, r.input_tokens, r.output_tokens,
+CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)), f AS
+    MATERIALIZED (SELECT * FROM engine_facts_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE))
+    AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))), true, true)) SELECT
+    r.trace_id, r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name", r.kind, r.start_time,
+    r.end_time, r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model, r.input_tokens, r.output_tokens,
     r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms,
-    COALESCE(r.cache_hit_ratio, COALESCE(r.engine_cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" -
-    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
-    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE
-    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
-    / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
-    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *
-    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate)
-    ELSE NULL END))) AS cache_hit_ratio, COALESCE(r.queue_depth, COALESCE(r.engine_queue_depth, CASE WHEN
-    ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END)) AS queue_depth,
-    COALESCE(r.replica_count, COALESCE(r.engine_replica_count, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas AS
-    BIGINT)) ELSE NULL END)) AS replica_count, r.batch_size, r.prefill_tokens_in_batch, r.quantization,
-    r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN ((r.queue_depth IS NOT NULL)) THEN ('span')
-    WHEN ((COALESCE(r.engine_queue_depth, CASE WHEN ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE
-    NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT
-    NULL)) THEN ('span') WHEN ((COALESCE(r.engine_replica_count, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas
-    AS BIGINT)) ELSE NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS replica_count_source, CASE WHEN
-    ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN ((COALESCE(r.engine_cache_hit_ratio, COALESCE(CASE WHEN
-    ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
-    - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 *
-    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" -
-    e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <=
-    (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND
-    ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN
-    (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate) ELSE NULL END)) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
-    cache_hit_ratio_source, COALESCE(r.engine_kv_cache_usage, greatest(CASE WHEN (((a."second" - a."time") <=
-    (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN
-    (a.kv_cache_usage) ELSE NULL END, w.kv_cache_usage)) AS kv_cache_usage, COALESCE(r.engine_running_requests,
-    CAST(round(greatest(CASE WHEN (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.running) ELSE NULL END, w.running)) AS
-    BIGINT)) AS running_requests, COALESCE(r.engine_preemptions, CAST(round(CASE WHEN ((((a."second" - a."time") <=
-    (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND
-    ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.preemptions - a.preemptions)) ELSE NULL END) AS BIGINT)) AS preemptions,
-    COALESCE(r.engine_step_tokens, CASE WHEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
-    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
-    a.steps)) ELSE NULL END > 0)) THEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
-    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.step_tokens
-    - a.step_tokens)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT)
-    * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
-    a.steps)) ELSE NULL END)) ELSE NULL END) AS step_tokens, CASE WHEN ((r.engine_settled IS NOT NULL)) THEN
-    (r.engine_facts_reason) ELSE CASE WHEN ((r.replica_id IS NULL)) THEN ('no_replica') WHEN (((NOT
-    COALESCE(((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT)))), false)) AND (w.replica_id IS NULL) AND (NOT COALESCE(((e."time" - e."second") <=
-    (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), false))))
-    THEN ('no_points_for_replica') WHEN ((NOT COALESCE(((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), false))) THEN ('stale') WHEN ((NOT
-    COALESCE(((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT)))), false))) THEN ('source_behind') ELSE NULL END END AS engine_facts_reason FROM ((((r
-    LEFT JOIN arrival AS a ON (((r.engine_settled IS NULL) AND (a.replica_id = r.replica_id) AND (a."second" =
-    date_trunc('second', r.start_time))))) LEFT JOIN departure AS e ON (((r.engine_settled IS NULL) AND
-    (e.replica_id = r.replica_id) AND (e."second" = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
-    DOUBLE))))))) LEFT JOIN waited AS w ON (((r.engine_settled IS NULL) AND (w.replica_id = r.replica_id) AND
-    (w."second" = date_trunc('second', r.start_time)) AND (w.wait_second = date_trunc('second', (r.start_time +
-    to_microseconds(CAST((1000 * least(greatest(COALESCE(r.queue_ms, (r.ttft_ms - r.prefill_ms), 0), 0),
-    date_diff('millisecond', r.start_time, r.end_time))) AS BIGINT)))))))) LEFT JOIN fleet AS d ON
-    (((r.engine_settled IS NULL) AND (d.replica_id IS NOT DISTINCT FROM r.replica_id) AND (d.deployment IS NOT
-    DISTINCT FROM r.deployment) AND (d."second" = date_trunc('second', r.start_time)) AND (d.wait_second =
-    date_trunc('second', (r.start_time + to_microseconds(CAST((1000 * least(greatest(COALESCE(r.queue_ms, (r.ttft_ms
-    - r.prefill_ms), 0), 0), date_diff('millisecond', r.start_time, r.end_time))) AS BIGINT))))))));
+    COALESCE(r.cache_hit_ratio, r.engine_cache_hit_ratio, f.cache_hit_ratio) AS cache_hit_ratio,
+    COALESCE(r.queue_depth, r.engine_queue_depth, f.queue_depth) AS queue_depth, COALESCE(r.replica_count,
+    r.engine_replica_count, f.replica_count) AS replica_count, r.batch_size, r.prefill_tokens_in_batch,
+    r.quantization, r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN ((r.queue_depth IS NOT NULL))
+    THEN ('span') WHEN ((COALESCE(r.engine_queue_depth, f.queue_depth) IS NOT NULL)) THEN ('engine') ELSE NULL END
+    AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span') WHEN
+    ((COALESCE(r.engine_replica_count, f.replica_count) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    replica_count_source, CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN
+    ((COALESCE(r.engine_cache_hit_ratio, f.cache_hit_ratio) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    cache_hit_ratio_source, COALESCE(r.engine_kv_cache_usage, f.kv_cache_usage) AS kv_cache_usage,
+    COALESCE(r.engine_running_requests, f.running_requests) AS running_requests, COALESCE(r.engine_preemptions,
+    f.preemptions) AS preemptions, COALESCE(r.engine_step_tokens, f.step_tokens) AS step_tokens, CASE WHEN
+    ((r.engine_settled IS NOT NULL)) THEN (r.engine_facts_reason) ELSE f.facts_reason END AS engine_facts_reason
+    FROM (r LEFT JOIN f ON (((r.engine_settled IS NULL) AND (f.replica_id IS NOT DISTINCT FROM r.replica_id) AND
+    (f.deployment IS NOT DISTINCT FROM r.deployment) AND (f."second" = date_trunc('second', r.start_time)) AND
+    (f.wait_second = request_wait_ended(r.start_time, r.end_time, r.queue_ms, r.ttft_ms, r.prefill_ms)) AND
+    (f.end_second = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE)))))));
 
 -- cache_curve_hourly_between(t0, t1) returns:
 --   window_start TIMESTAMP
@@ -1173,70 +1074,21 @@ CREATE VIEW llm_requests AS SELECT * FROM llm_requests_between(CAST('-infinity' 
 --   queue_depth_source VARCHAR
 --   replica_count_source VARCHAR
 CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0,
-    t1)), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time, date_trunc('second',
-    start_time) AS "second", date_trunc('second', (start_time + to_microseconds(CAST((1000 *
-    least(greatest(COALESCE(queue_ms, (ttft_ms - prefill_ms), 0), 0), date_diff('millisecond', start_time,
-    end_time))) AS BIGINT)))) AS wait_second FROM spans WHERE (is_llm AND (engine_settled IS NULL) AND (end_time >=
-    (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND (end_time < (CAST(t1 AS
-    TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))), reach AS MATERIALIZED (SELECT (lo - margin)
-    AS lo, (hi + margin) AS hi FROM (SELECT min(start_time) AS lo, max(end_time) AS hi FROM keys) AS span , (SELECT
-    (CAST((2e6 * COALESCE(max(interval_s), 0)) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT))) AS margin FROM engine_metrics WHERE (("time" >= (span.lo - to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS
-    BIGINT)))) AND ("time" < (span.hi + to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states AS
-    MATERIALIZED (SELECT * FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival AS
-    (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, "second" FROM keys WHERE ((replica_id
-    IS NOT NULL) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id =
-    k.replica_id) AND (s."time" <= k."second"))))), named AS MATERIALIZED (SELECT DISTINCT deployment FROM states
-    WHERE (deployment IS NOT NULL)), identities AS (SELECT replica_id, arg_min(fleet, "time") AS fleet FROM states
-    GROUP BY replica_id), fleet_keys AS MATERIALIZED (SELECT k.replica_id, k.deployment, k."second", k.wait_second,
-    COALESCE((k.deployment = ANY(SELECT deployment FROM named)), false) AS by_name, CASE WHEN ((k.deployment =
-    ANY(SELECT deployment FROM named))) THEN (k.deployment) ELSE COALESCE(a.fleet, i.fleet) END AS fleet FROM
-    (((SELECT DISTINCT replica_id, deployment, "second", wait_second FROM keys WHERE EXISTS(SELECT 1 FROM states))
-    AS k LEFT JOIN arrival AS a ON (((a.replica_id = k.replica_id) AND (a."second" = k."second")))) LEFT JOIN
-    identities AS i ON ((i.replica_id = k.replica_id)))), fleet_states AS ((SELECT true AS by_name, deployment AS
-    fleet, replica_id, "time", waiting, interval_s FROM states WHERE (deployment = ANY(SELECT fleet FROM fleet_keys
-    WHERE by_name))) UNION ALL (SELECT false AS by_name, fleet, replica_id, "time", waiting, interval_s FROM states
-    WHERE (fleet = ANY(SELECT fleet FROM fleet_keys WHERE (NOT by_name))))), fleets AS MATERIALIZED (WITH s AS
-    (SELECT *, lag("time") OVER (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS prev_time, lag(waiting)
-    OVER (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS prev_waiting, lead("time") OVER (PARTITION BY
-    by_name, fleet, replica_id ORDER BY "time") AS next_time FROM fleet_states), events AS ((SELECT by_name, fleet,
-    "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS
-    d_waiting, CASE WHEN ((("time" - prev_time) <= (CAST((2e6 * interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (0) ELSE 1 END AS d_replicas FROM s) UNION ALL
-    (SELECT by_name, fleet, ("time" + (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))), (-(COALESCE(waiting, 0))), -1 FROM s WHERE ((next_time IS NULL) OR ((next_time - "time")
-    > (CAST((2e6 * interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))))) SELECT
-    by_name, fleet, "time", sum(d_waiting) OVER (PARTITION BY by_name, fleet ORDER BY "time") AS waiting,
-    sum(d_replicas) OVER (PARTITION BY by_name, fleet ORDER BY "time") AS replicas FROM events), fleet_at AS (SELECT
-    k.*, s.waiting, s.replicas FROM ((SELECT DISTINCT by_name, fleet, "second" FROM fleet_keys WHERE (fleet IS NOT
-    NULL)) AS k ASOF LEFT JOIN fleets AS s ON (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND (s."time" <=
-    k."second"))))), fleet_waited AS (SELECT k.by_name, k.fleet, k."second", k.wait_second, max(s.waiting) AS
-    waiting, max(s.replicas) AS replicas FROM ((SELECT DISTINCT by_name, fleet, "second", wait_second FROM
-    fleet_keys WHERE ((fleet IS NOT NULL) AND (wait_second > "second"))) AS k INNER JOIN fleets AS s ON (((s.by_name
-    = k.by_name) AND (s.fleet = k.fleet) AND (s."time" > k."second") AND (s."time" <= k.wait_second)))) GROUP BY
-    k.by_name, k.fleet, k."second", k.wait_second), fleet AS (SELECT f.replica_id, f.deployment, f."second",
-    f.wait_second, greatest(CASE WHEN ((fa.replicas > 0)) THEN (fa.waiting) ELSE NULL END, fw.waiting) AS waiting,
-    greatest(fa.replicas, fw.replicas) AS replicas FROM ((fleet_keys AS f LEFT JOIN fleet_at AS fa ON (((fa.by_name
-    = f.by_name) AND (fa.fleet = f.fleet) AND (fa."second" = f."second")))) LEFT JOIN fleet_waited AS fw ON
-    (((fw.by_name = f.by_name) AND (fw.fleet = f.fleet) AND (fw."second" = f."second") AND (fw.wait_second =
-    f.wait_second))))) SELECT r.trace_id, r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name",
-    r.kind, r.start_time, r.end_time, r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model,
-    r.input_tokens, r.output_tokens, r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms, r.prefill_ms,
-    r.decode_ms, r.e2e_ms, r.cache_hit_ratio, COALESCE(r.queue_depth, COALESCE(r.engine_queue_depth, CASE WHEN
-    ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE NULL END)) AS queue_depth,
-    COALESCE(r.replica_count, COALESCE(r.engine_replica_count, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas AS
-    BIGINT)) ELSE NULL END)) AS replica_count, r.batch_size, r.prefill_tokens_in_batch, r.quantization,
-    r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN ((r.queue_depth IS NOT NULL)) THEN ('span')
-    WHEN ((COALESCE(r.engine_queue_depth, CASE WHEN ((d.replicas > 0)) THEN (CAST(round(d.waiting) AS BIGINT)) ELSE
-    NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT
-    NULL)) THEN ('span') WHEN ((COALESCE(r.engine_replica_count, CASE WHEN ((d.replicas > 0)) THEN (CAST(d.replicas
-    AS BIGINT)) ELSE NULL END) IS NOT NULL)) THEN ('engine') ELSE NULL END AS replica_count_source FROM (r LEFT JOIN
-    fleet AS d ON (((r.engine_settled IS NULL) AND (d.replica_id IS NOT DISTINCT FROM r.replica_id) AND
-    (d.deployment IS NOT DISTINCT FROM r.deployment) AND (d."second" = date_trunc('second', r.start_time)) AND
-    (d.wait_second = date_trunc('second', (r.start_time + to_microseconds(CAST((1000 *
-    least(greatest(COALESCE(r.queue_ms, (r.ttft_ms - r.prefill_ms), 0), 0), date_diff('millisecond', r.start_time,
-    r.end_time))) AS BIGINT))))))));
+    t1)), f AS MATERIALIZED (SELECT * FROM engine_facts_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1
+    AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))), false,
+    true)) SELECT r.trace_id, r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name", r.kind,
+    r.start_time, r.end_time, r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model, r.input_tokens,
+    r.output_tokens, r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms,
+    r.cache_hit_ratio, COALESCE(r.queue_depth, r.engine_queue_depth, f.queue_depth) AS queue_depth,
+    COALESCE(r.replica_count, r.engine_replica_count, f.replica_count) AS replica_count, r.batch_size,
+    r.prefill_tokens_in_batch, r.quantization, r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN
+    ((r.queue_depth IS NOT NULL)) THEN ('span') WHEN ((COALESCE(r.engine_queue_depth, f.queue_depth) IS NOT NULL))
+    THEN ('engine') ELSE NULL END AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span')
+    WHEN ((COALESCE(r.engine_replica_count, f.replica_count) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    replica_count_source FROM (r LEFT JOIN f ON (((r.engine_settled IS NULL) AND (f.replica_id IS NOT DISTINCT FROM
+    r.replica_id) AND (f.deployment IS NOT DISTINCT FROM r.deployment) AND (f."second" = date_trunc('second',
+    r.start_time)) AND (f.wait_second = request_wait_ended(r.start_time, r.end_time, r.queue_ms, r.ttft_ms,
+    r.prefill_ms)) AND (f.end_second = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE)))))));
 
 -- llm_requests_replica_between(t0, t1) returns:
 --   trace_id VARCHAR
@@ -1279,91 +1131,23 @@ CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE WITH r AS (SELECT * FRO
 --   step_tokens DOUBLE
 --   engine_facts_reason VARCHAR
 CREATE MACRO llm_requests_replica_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0,
-    t1)), keys AS NOT MATERIALIZED (SELECT replica_id, deployment, start_time, end_time, date_trunc('second',
-    start_time) AS "second", date_trunc('second', (start_time + to_microseconds(CAST((1000 *
-    least(greatest(COALESCE(queue_ms, (ttft_ms - prefill_ms), 0), 0), date_diff('millisecond', start_time,
-    end_time))) AS BIGINT)))) AS wait_second FROM spans WHERE (is_llm AND (engine_settled IS NULL) AND (end_time >=
-    (CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND (end_time < (CAST(t1 AS
-    TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))), reach AS MATERIALIZED (SELECT (lo - margin)
-    AS lo, (hi + margin) AS hi FROM (SELECT min(start_time) AS lo, max(end_time) AS hi FROM keys) AS span , (SELECT
-    (CAST((2e6 * COALESCE(max(interval_s), 0)) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS
-    BIGINT))) AS margin FROM engine_metrics WHERE (("time" >= (span.lo - to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS
-    BIGINT)))) AND ("time" < (span.hi + to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states AS
-    MATERIALIZED (SELECT * FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival AS
-    (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT DISTINCT replica_id, "second" FROM keys WHERE ((replica_id
-    IS NOT NULL) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id =
-    k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id) FROM ((SELECT
-    DISTINCT replica_id, (date_trunc('second', end_time) + to_seconds(CAST(1 AS DOUBLE))) AS "second" FROM keys
-    WHERE ((replica_id IS NOT NULL) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON
-    (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))), waited AS (SELECT k.replica_id, k."second",
-    k.wait_second, max(s.running) AS running, max(s.kv_cache_usage) AS kv_cache_usage FROM ((SELECT DISTINCT
-    replica_id, "second", wait_second FROM keys WHERE ((replica_id IS NOT NULL) AND (wait_second > "second") AND
-    EXISTS(SELECT 1 FROM states))) AS k INNER JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" >
-    k."second") AND (s."time" <= k.wait_second)))) GROUP BY k.replica_id, k."second", k.wait_second) SELECT
-    r.trace_id, r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name", r.kind, r.start_time,
-    r.end_time, r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model, r.input_tokens, r.output_tokens,
-    r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms,
-    COALESCE(r.cache_hit_ratio, COALESCE(r.engine_cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" -
-    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
-    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE
-    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
-    / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
-    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *
-    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate)
-    ELSE NULL END))) AS cache_hit_ratio, r.queue_depth, r.replica_count, r.batch_size, r.prefill_tokens_in_batch,
-    r.quantization, r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN ((r.cache_hit_ratio IS NOT
-    NULL)) THEN ('span') WHEN ((COALESCE(r.engine_cache_hit_ratio, COALESCE(CASE WHEN ((CASE WHEN ((((a."second" -
-    a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))
-    AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END > 0)) THEN (least(1.0, (CASE
-    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END
-    / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.cache_queries
-    - a.cache_queries)) ELSE NULL END))) ELSE NULL END, CASE WHEN (((a."second" - a."time") <= (CAST((2e6 *
-    a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.cache_hit_rate)
-    ELSE NULL END)) IS NOT NULL)) THEN ('engine') ELSE NULL END AS cache_hit_ratio_source,
-    COALESCE(r.engine_kv_cache_usage, greatest(CASE WHEN (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))))) THEN (a.kv_cache_usage) ELSE NULL END,
-    w.kv_cache_usage)) AS kv_cache_usage, COALESCE(r.engine_running_requests, CAST(round(greatest(CASE WHEN
-    (((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT))))) THEN (a.running) ELSE NULL END, w.running)) AS BIGINT)) AS running_requests,
-    COALESCE(r.engine_preemptions, CAST(round(CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6
-    * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.preemptions
-    - a.preemptions)) ELSE NULL END) AS BIGINT)) AS preemptions, COALESCE(r.engine_step_tokens, CASE WHEN ((CASE
-    WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS
-    DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps - a.steps)) ELSE NULL END > 0))
-    THEN ((CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.step_tokens -
-    a.step_tokens)) ELSE NULL END / CASE WHEN ((((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) *
-    to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))) AND ((e."time" - e."second") <= (CAST((2e6 *
-    e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))))) THEN ((e.steps -
-    a.steps)) ELSE NULL END)) ELSE NULL END) AS step_tokens, CASE WHEN ((r.engine_settled IS NOT NULL)) THEN
-    (r.engine_facts_reason) ELSE CASE WHEN ((r.replica_id IS NULL)) THEN ('no_replica') WHEN (((NOT
-    COALESCE(((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT)))), false)) AND (w.replica_id IS NULL) AND (NOT COALESCE(((e."time" - e."second") <=
-    (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), false))))
-    THEN ('no_points_for_replica') WHEN ((NOT COALESCE(((a."second" - a."time") <= (CAST((2e6 * a.interval_s) AS
-    BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT)))), false))) THEN ('stale') WHEN ((NOT
-    COALESCE(((e."time" - e."second") <= (CAST((2e6 * e.interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT)))), false))) THEN ('source_behind') ELSE NULL END END AS engine_facts_reason FROM (((r
-    LEFT JOIN arrival AS a ON (((r.engine_settled IS NULL) AND (a.replica_id = r.replica_id) AND (a."second" =
-    date_trunc('second', r.start_time))))) LEFT JOIN departure AS e ON (((r.engine_settled IS NULL) AND
-    (e.replica_id = r.replica_id) AND (e."second" = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS
-    DOUBLE))))))) LEFT JOIN waited AS w ON (((r.engine_settled IS NULL) AND (w.replica_id = r.replica_id) AND
-    (w."second" = date_trunc('second', r.start_time)) AND (w.wait_second = date_trunc('second', (r.start_time +
-    to_microseconds(CAST((1000 * least(greatest(COALESCE(r.queue_ms, (r.ttft_ms - r.prefill_ms), 0), 0),
-    date_diff('millisecond', r.start_time, r.end_time))) AS BIGINT))))))));
+    t1)), f AS MATERIALIZED (SELECT * FROM engine_facts_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1
+    AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))), true,
+    false)) SELECT r.trace_id, r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name", r.kind,
+    r.start_time, r.end_time, r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model, r.input_tokens,
+    r.output_tokens, r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms,
+    COALESCE(r.cache_hit_ratio, r.engine_cache_hit_ratio, f.cache_hit_ratio) AS cache_hit_ratio, r.queue_depth,
+    r.replica_count, r.batch_size, r.prefill_tokens_in_batch, r.quantization, r.finish_reason, r.tenant_id,
+    r.provider, r.operation, CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN
+    ((COALESCE(r.engine_cache_hit_ratio, f.cache_hit_ratio) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    cache_hit_ratio_source, COALESCE(r.engine_kv_cache_usage, f.kv_cache_usage) AS kv_cache_usage,
+    COALESCE(r.engine_running_requests, f.running_requests) AS running_requests, COALESCE(r.engine_preemptions,
+    f.preemptions) AS preemptions, COALESCE(r.engine_step_tokens, f.step_tokens) AS step_tokens, CASE WHEN
+    ((r.engine_settled IS NOT NULL)) THEN (r.engine_facts_reason) ELSE f.facts_reason END AS engine_facts_reason
+    FROM (r LEFT JOIN f ON (((r.engine_settled IS NULL) AND (f.replica_id IS NOT DISTINCT FROM r.replica_id) AND
+    (f.deployment IS NOT DISTINCT FROM r.deployment) AND (f."second" = date_trunc('second', r.start_time)) AND
+    (f.wait_second = request_wait_ended(r.start_time, r.end_time, r.queue_ms, r.ttft_ms, r.prefill_ms)) AND
+    (f.end_second = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE)))))));
 
 -- llm_requests_settled_between(t0, t1) returns:
 --   trace_id VARCHAR

@@ -389,6 +389,57 @@ def test_a_wait_across_several_scrapes_meets_the_deepest_queue_among_them(storag
     assert {k: r["queue_depth"] for k, r in rows.items()} == {"0000000000000002": 16, "0000000000000004": 12}
 
 
+def test_a_difference_over_a_request_needs_its_replica_current_at_both_ends(storage: Storage) -> None:
+    # pod-a reports until T0 - 30 s, then nothing until T0 + 15 s: a request arriving at T0 + 1 s finds a
+    # state 31 s old. The counters' growth since then is not the request's: no preemptions, no hit ratio.
+    # pod-z, scraped once a minute, makes the join read states two minutes around the request, so pod-a's
+    # old state is read, and must be judged by pod-a's own interval.
+    slow = decode_metrics(
+        pod("pod-z", [gauge("vllm:num_requests_waiting", [(ns(T0), 1.0)])]),
+        Encoding.PROTOBUF,
+        names=EngineNames(interval_seconds=60.0),
+    )
+    done = storage.sink.try_submit(None, None, slow.metrics)
+    assert done is not None
+    done.result(timeout=HANG_GUARD)
+    times = [t for t in around_t0() if t <= ns(T0 - timedelta(seconds=30)) or t >= ns(T0 + timedelta(seconds=15))]
+    store_metrics(
+        storage,
+        pod(
+            "pod-a",
+            [
+                counter("vllm:num_preemptions_total", [(t, float(k)) for k, t in enumerate(times)]),
+                counter("vllm:prefix_cache_queries_total", [(t, 1000.0 * k) for k, t in enumerate(times)]),
+                counter("vllm:prefix_cache_hits_total", [(t, 600.0 * k) for k, t in enumerate(times)]),
+            ],
+        ),
+    )
+    store_spans(storage, [request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=13))])
+    row = joined(storage, "preemptions", "cache_hit_ratio", "step_tokens", "engine_facts_reason")["0000000000000002"]
+    assert (row["preemptions"], row["cache_hit_ratio"], row["engine_facts_reason"]) == (None, None, "stale")
+
+
+def test_a_replica_seen_only_while_the_request_waited_is_stale_not_absent(storage: Storage) -> None:
+    # One point of pod-a, at T0 + 5 s, inside the request's 6-s wait: nothing current at arrival or at its end,
+    # yet the replica was seen, and what the request met while waiting is joined.
+    labels = {"engine": "0"}
+    at = ns(T0 + timedelta(seconds=5))
+    store_metrics(
+        storage,
+        pod(
+            "pod-a",
+            [
+                gauge("vllm:num_requests_running", [(at, 7.0)], labels),
+                gauge("vllm:kv_cache_usage_perc", [(at, 0.9)], labels),
+            ],
+        ),
+    )
+    span = request_span(1, "pod-a", T0 + timedelta(seconds=1), T0 + timedelta(seconds=40), queue_ms=6000.0)
+    store_spans(storage, [span])
+    row = joined(storage, "running_requests", "kv_cache_usage", "engine_facts_reason")["0000000000000002"]
+    assert (row["running_requests"], row["kv_cache_usage"], row["engine_facts_reason"]) == (7, 0.9, "stale")
+
+
 # --- bad input: nothing crashes, nothing joins to the wrong replica, each is counted or explained ----------
 
 
@@ -498,3 +549,31 @@ def test_clock_skew_of_seconds_between_spans_and_scrapes_keeps_every_request_on_
         "0000000000000004": (5, 2, 0.75, 6, None),
         "0000000000000006": (None, None, None, None, "stale"),
     }
+
+
+def test_the_fleet_totals_analysts_read_sum_current_replicas_and_drop_one_two_intervals_after_it_stops(
+    tmp_path: Path,
+) -> None:
+    """engine_fleet_states_between (by the metrics' identity) and engine_deployment_states_between (by name):
+    pod-a (2 waiting) and pod-b (3) make a fleet of 5 waiting on 2 replicas; pod-b's last point is at T0, so
+    it leaves two intervals (10 s) later, and pod-a's 2 are left."""
+    store = DuckDBStorage.open(tmp_path / "fleet.duckdb")
+    try:
+        store_metrics(store, scraped("pod-a", engine(around_t0(), 2.0, "llama-70b"), job=DEPLOYMENT))
+        stops = every_5s(T0 - timedelta(minutes=1), T0)
+        store_metrics(store, scraped("pod-b", engine(stops, 3.0, "llama-70b"), job=DEPLOYMENT))
+        t0, t1 = T0 - timedelta(minutes=1), T0 + timedelta(minutes=2)
+        for macro, name in (
+            ("engine_fleet_states_between", f"{DEPLOYMENT} model=llama-70b"),
+            ("engine_deployment_states_between", DEPLOYMENT),
+        ):
+            rows = store.analyst.run(
+                f"SELECT * FROM {macro}(TIMESTAMP '{t0}', TIMESTAMP '{t1}') ORDER BY time"
+            ).table.to_pylist()
+            assert {r.get("fleet", r.get("deployment")) for r in rows} == {name}, macro
+            at = {r["time"]: (r["waiting"], r["replicas"]) for r in rows}
+            assert at[T0] == (5, 2), macro
+            assert at[T0 + timedelta(seconds=10)] == (2, 1), macro
+            assert max(t for t in at if at[t][1] == 2) == T0 + timedelta(seconds=5), macro
+    finally:
+        store.close()

@@ -211,11 +211,11 @@ def test_no_revision_creates_a_view_or_a_macro_on_the_way_up_or_down(tmp_path: P
 
 
 def model_objects(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
-    """Each view and table macro of the database with its comment, which names the model's file and digest."""
+    """Each view and macro of the database with its comment, which names the model's file and digest."""
     rows = con.execute(
         "SELECT view_name, comment FROM duckdb_views() WHERE database_name = current_database() AND NOT internal "
         "UNION ALL SELECT function_name, comment FROM duckdb_functions() WHERE database_name = current_database() "
-        "AND NOT internal AND function_type = 'table_macro'"
+        "AND NOT internal AND function_type IN ('table_macro', 'macro')"
     ).fetchall()
     return {str(name): comment for name, comment in rows}
 
@@ -228,7 +228,7 @@ def test_the_request_model_exists_at_head_only_and_comes_back_with_it(tmp_path: 
     home = f"request model {model.digest}: storage/request_model/duckdb"
     assert at_head == {d.name: f"{home}/{d.file}" for d in model.definitions}
     assert at_head["llm_requests"] == f"{home}/40_requests.sql"
-    assert len(at_head) == 26
+    assert len(at_head) == 29
     # Below head the tables are not those the model reads: a file there holds none of it.
     downgrade(con, "0020")
     assert model_objects(con) == {}
@@ -292,10 +292,11 @@ def test_a_changed_model_file_is_applied_without_a_migration_and_what_it_no_long
     con.close()
 
 
-def test_a_model_file_holds_only_create_or_replace_views_and_table_macros(tmp_path: Path) -> None:
+def test_a_model_file_holds_only_create_or_replace_views_and_macros(tmp_path: Path) -> None:
     """Re-applied at every start that finds it changed, a statement must replace what it defines, and name it."""
     con = duckdb.connect()
-    for statement in ("CREATE VIEW v AS SELECT 1;", "CREATE OR REPLACE MACRO m(a) AS a + 1;", "DROP VIEW v;"):
+    for statement in ("CREATE VIEW v AS SELECT 1;", "CREATE MACRO m(a) AS a + 1;", "DROP VIEW v;",
+                      "CREATE OR REPLACE TABLE t AS SELECT 1;"):  # fmt: skip
         (tmp_path / "10_bad.sql").write_text(f"-- why\n{statement}\n")
         with pytest.raises(ValueError, match=r"10_bad\.sql: not CREATE OR REPLACE VIEW"):
             request_model.read(con, tmp_path)

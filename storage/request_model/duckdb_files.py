@@ -1,6 +1,7 @@
 """The request model's DuckDB statement: the SQL files in `duckdb/`, and bringing a database to them.
 
-Every statement of a file is `CREATE OR REPLACE VIEW name` or `CREATE OR REPLACE MACRO name(...) AS TABLE`, and
+Every statement of a file is `CREATE OR REPLACE VIEW name` or `CREATE OR REPLACE MACRO name(...)` (a table
+macro, or a scalar one: an expression the model uses in more than one place), and
 the files apply in name order: DuckDB binds what a view or macro mentions when it is created, so a file comes
 after those it reads. storage.duckdb.migrate applies them when it leaves a database at its head revision and drops
 them before a migration runs, so the definitions exist exactly when the tables are those they were written for.
@@ -26,14 +27,14 @@ DIRECTORY = Path(__file__).parent / "duckdb"
 _HOME = "storage/request_model/duckdb"
 # What marks an object as the model's, in its comment: an object a later model no longer defines is found by it.
 _MARK = "request model "
-_CREATE = re.compile(r"CREATE OR REPLACE (?:VIEW (\w+) AS\b|MACRO (\w+)\([^)]*\) AS TABLE\b)")
+_CREATE = re.compile(r"CREATE OR REPLACE (?:VIEW (\w+) AS\b|MACRO (\w+)\([^)]*\) AS( TABLE)?\b)")
 _OURS = "database_name = current_database() AND schema_name = 'main' AND NOT internal"
 
 
 @dataclass(frozen=True)
 class Definition:
     name: str
-    kind: str  # "VIEW" or "MACRO TABLE", as DROP and COMMENT ON spell it
+    kind: str  # "VIEW", "MACRO TABLE" or "MACRO" (a scalar macro), as DROP and COMMENT ON spell it
     file: str
     sql: str
 
@@ -62,9 +63,9 @@ def _definition(file: str, sql: str) -> Definition:
     found = _CREATE.match(_statement_start(sql))
     if found is None:
         first = _statement_start(sql).partition("\n")[0]
-        raise ValueError(f"{file}: not CREATE OR REPLACE VIEW or CREATE OR REPLACE MACRO ... AS TABLE: {first!r}")
-    view, macro = found.groups()
-    return Definition(view or macro, "VIEW" if view else "MACRO TABLE", file, sql)
+        raise ValueError(f"{file}: not CREATE OR REPLACE VIEW or CREATE OR REPLACE MACRO: {first!r}")
+    view, macro, table = found.groups()
+    return Definition(view or macro, "VIEW" if view else "MACRO TABLE" if table else "MACRO", file, sql)
 
 
 def read(con: duckdb.DuckDBPyConnection, directory: Path = DIRECTORY) -> Model:
@@ -87,8 +88,8 @@ def _held(con: duckdb.DuckDBPyConnection, model: Model, *, macros: bool) -> dict
     query = f"SELECT view_name, 'VIEW', comment FROM duckdb_views() WHERE {_OURS}"
     if macros:
         query += (
-            " UNION ALL SELECT function_name, 'MACRO TABLE', comment FROM duckdb_functions() "
-            f"WHERE {_OURS} AND function_type = 'table_macro'"
+            " UNION ALL SELECT function_name, CASE function_type WHEN 'macro' THEN 'MACRO' ELSE 'MACRO TABLE' END, "
+            f"comment FROM duckdb_functions() WHERE {_OURS} AND function_type IN ('table_macro', 'macro')"
         )
     names = {d.name for d in model.definitions}
     return {

@@ -89,26 +89,28 @@ CREATE OR REPLACE MACRO engine_states_between(t0, t1) AS TABLE
 
 -- A fleet's totals as a step function: each replica's latest current value enters when it arrives
 -- (replacing that replica's previous one if still current) and leaves when it goes stale, two reporting
--- intervals later. `replicas` counts the replicas reporting. The request model restates this body over
--- the states it has already read (20_span_engine_facts.sql, 40_requests.sql).
-CREATE OR REPLACE MACRO engine_fleet_states_between(t0, t1) AS TABLE
+-- intervals later. `replicas` counts the replicas reporting. A fleet is named by the metrics' identity
+-- (`fleet`), or with `by_name` by the points' `deployment` alone. The engine join restates this body over the
+-- states it has already read (15_engine_facts.sql).
+CREATE OR REPLACE MACRO engine_fleet_steps_between(t0, t1, by_name) AS TABLE
     WITH s AS (
-        SELECT *, lag(time) OVER r AS prev_time, lag(waiting) OVER r AS prev_waiting, lead(time) OVER r AS next_time
+        SELECT CASE WHEN by_name THEN deployment ELSE fleet END AS fleet, replica_id, time, waiting,
+               CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND AS current_for,
+               lag(time) OVER r AS prev_time, lag(waiting) OVER r AS prev_waiting, lead(time) OVER r AS next_time
         FROM engine_states_between(t0, t1)
-        WINDOW r AS (PARTITION BY fleet, replica_id ORDER BY time)
+        WHERE NOT by_name OR deployment IS NOT NULL
+        WINDOW r AS (PARTITION BY CASE WHEN by_name THEN deployment ELSE fleet END, replica_id ORDER BY time)
     ),
     events AS (
         SELECT fleet, time,
                coalesce(waiting, 0)
-               - CASE WHEN time - prev_time <= (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
-                      THEN coalesce(prev_waiting, 0) ELSE 0 END AS d_waiting,
-               CASE WHEN time - prev_time <= (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
-                    THEN 0 ELSE 1 END AS d_replicas
+               - CASE WHEN time - prev_time <= current_for THEN coalesce(prev_waiting, 0) ELSE 0 END AS d_waiting,
+               CASE WHEN time - prev_time <= current_for THEN 0 ELSE 1 END AS d_replicas
         FROM s
         UNION ALL
-        SELECT fleet, time + (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND), -coalesce(waiting, 0), -1
+        SELECT fleet, time + current_for, -coalesce(waiting, 0), -1
         FROM s
-        WHERE next_time IS NULL OR next_time - time > (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
+        WHERE next_time IS NULL OR next_time - time > current_for
     )
     SELECT fleet, time,
            sum(d_waiting) OVER d AS waiting,
@@ -116,30 +118,11 @@ CREATE OR REPLACE MACRO engine_fleet_states_between(t0, t1) AS TABLE
     FROM events
     WINDOW d AS (PARTITION BY fleet ORDER BY time RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
 
+-- Each fleet's totals over time, the fleet named by the metrics' identity.
+CREATE OR REPLACE MACRO engine_fleet_states_between(t0, t1) AS TABLE
+    SELECT fleet, time, waiting, replicas FROM engine_fleet_steps_between(t0, t1, false);
+
 -- The same by the points' `deployment` alone: the fleet of a request whose deployment the engine points
--- carry by name (40_requests.sql).
+-- carry by name (15_engine_facts.sql).
 CREATE OR REPLACE MACRO engine_deployment_states_between(t0, t1) AS TABLE
-    WITH s AS (
-        SELECT *, lag(time) OVER r AS prev_time, lag(waiting) OVER r AS prev_waiting, lead(time) OVER r AS next_time
-        FROM engine_states_between(t0, t1)
-        WHERE deployment IS NOT NULL
-        WINDOW r AS (PARTITION BY deployment, replica_id ORDER BY time)
-    ),
-    events AS (
-        SELECT deployment, time,
-               coalesce(waiting, 0)
-               - CASE WHEN time - prev_time <= (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
-                      THEN coalesce(prev_waiting, 0) ELSE 0 END AS d_waiting,
-               CASE WHEN time - prev_time <= (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
-                    THEN 0 ELSE 1 END AS d_replicas
-        FROM s
-        UNION ALL
-        SELECT deployment, time + (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND), -coalesce(waiting, 0), -1
-        FROM s
-        WHERE next_time IS NULL OR next_time - time > (CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND)
-    )
-    SELECT deployment, time,
-           sum(d_waiting) OVER d AS waiting,
-           sum(d_replicas) OVER d AS replicas
-    FROM events
-    WINDOW d AS (PARTITION BY deployment ORDER BY time RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW);
+    SELECT fleet AS deployment, time, waiting, replicas FROM engine_fleet_steps_between(t0, t1, true);
