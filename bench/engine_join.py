@@ -1,7 +1,7 @@
 """What joining engine metrics costs a detector pass: the same 10M requests with their engine facts on
 the spans, and without them but with the engines' metrics (one series per replica every 5 s).
 
-    .venv/bin/python bench/engine_join.py [--spans 10000000] [--rounds 2] [--keep DIR]
+    .venv/bin/python bench/engine_join.py [--spans 10000000] [--rounds 2] [--keep DIR] [--compare REV [--repo DIR]]
 
 Two databases hold the same requests (bench/detection.py's generator): in `spans.duckdb` each span carries
 queue_depth, replica_count and cache_hit_ratio, as a custom-instrumented fleet's would; in `engine.duckdb` the
@@ -11,13 +11,20 @@ spans are settled as the service's job would have settled them by `at` (all but 
 `settle_after_seconds`), and what that costs is reported beside the passes. The full detection pass (every
 detector over the whole day) runs on each, alternating, `--rounds` times; the figure is the ratio of the
 medians, both measured in this run on this machine.
+
+`--compare REV` measures the code of a git revision first (its tree exported to a temporary directory and this
+script run there with the same options, on databases it builds itself), then this one, and reports both and
+the ratios of this code to that: settling the day (the join over every request) and the full pass with facts
+joined, each also divided by the same run's pass with facts on the spans, which takes the machine's load out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,13 +125,60 @@ def _warm(times: list[float]) -> list[float]:
     return [t for i, t in enumerate(times) if i % 3]
 
 
+def measured_at(revision: str, options: list[str], root: Path) -> dict[str, Any]:
+    """This benchmark's figures for the code of `revision` of the repository at `root`: its tree exported and
+    run on its own."""
+    tree = Path(tempfile.mkdtemp(prefix="tw-join-before-"))
+    archive = subprocess.run(["git", "archive", revision], cwd=root, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    # This very measurement, run on that code.
+    (tree / "bench" / "engine_join.py").write_text(Path(__file__).read_text())
+    # The exported packages come first: the virtualenv's editable install points at this checkout.
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [sys.executable, "bench/engine_join.py", *options]
+    run = subprocess.run(command, check=False, cwd=tree, env=env, capture_output=True, text=True)
+    print(run.stdout, run.stderr, sep="\n", flush=True)
+    run.check_returncode()
+    figures: dict[str, Any] = json.loads(run.stdout[run.stdout.index("\n{") :])
+    return figures
+
+
+def comparison(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """This code over the other: raw, and each divided by its own run's pass with facts on the spans."""
+
+    def median(figures: dict[str, Any], key: str) -> float:
+        return float(statistics.median(figures[key]))
+
+    out = {}
+    for name, value in (
+        ("settle", lambda f: float(f["settle_seconds"])),
+        ("full_pass_joined", lambda f: median(f, "full_pass_seconds_facts_joined")),
+    ):
+        out[f"{name}_after_over_before"] = round(value(after) / value(before), 3)
+        out[f"{name}_after_over_before_per_spans_pass"] = round(
+            (value(after) / median(after, "full_pass_seconds_facts_on_spans"))
+            / (value(before) / median(before, "full_pass_seconds_facts_on_spans")),
+            3,
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spans", type=int, default=10_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="reuse or keep the two databases in this directory")
     parser.add_argument("--incremental-only", action="store_true", help="skip the full passes")
+    parser.add_argument("--compare", metavar="REV", help="measure this git revision's code first, then compare")
+    parser.add_argument(
+        "--repo", type=Path, default=Path(__file__).resolve().parents[1], help="the repository REV is read from"
+    )
     args = parser.parse_args()
+    before = None
+    if args.compare:
+        options = ["--spans", str(args.spans), "--rounds", str(args.rounds)]
+        options += ["--incremental-only"] if args.incremental_only else []
+        before = measured_at(args.compare, options, args.repo)
     at = datetime(2026, 11, 21, 0, 0)
     start = at - timedelta(hours=24)
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="tw-join-bench-"))
@@ -142,7 +196,9 @@ def main() -> None:
     detectors_seconds: dict[str, dict[str, list[float]]] = {name: {} for name in dbs}
     for _ in range(0 if args.incremental_only else args.rounds):
         for name, db in dbs.items():
-            settings = load_settings(None, {"db": str(db), "detectors": detectors}, environ={})
+            # A day of 10M requests as one window holds gigabytes of frames, past the pass's default bound.
+            lifted = {"db": str(db), "detectors": detectors, "storage": {"detection_memory_mb": 65536}}
+            settings = load_settings(None, lifted, environ={})
             times[name].append(full_pass(settings, at, detectors_seconds[name]))
             print(name, round(times[name][-1], 2), flush=True)
     # The scheduler's own pass: every detector on its 5-minute window (token_latency against its cached
@@ -168,34 +224,31 @@ def main() -> None:
     )[0]
     points = engine_rows.reader.rows("SELECT count(*) FROM engine_metrics")[0][0]
     engine_rows.close()
-    print(
-        json.dumps(
-            {
-                "spans": args.spans,
-                "engine_metric_rows": points,
-                "settled_spans": settled["engine"][0],
-                "settle_seconds": round(settled["engine"][1], 2),
-                "requests_filled_queue_depth": filled[1],
-                "requests_filled_cache_hit_ratio": filled[2],
-                "full_pass_seconds_facts_on_spans": [round(t, 2) for t in times["spans"]],
-                "full_pass_seconds_facts_joined": [round(t, 2) for t in times["engine"]],
-                "join_ratio": round(medians["engine"] / medians["spans"], 3) if medians else None,
-                "incremental_pass_seconds_facts_on_spans": [round(t, 2) for t in incremental["spans"]],
-                "incremental_pass_seconds_facts_joined": [round(t, 2) for t in incremental["engine"]],
-                "incremental_join_ratio_warm": round(
-                    statistics.median(_warm(incremental["engine"])) / statistics.median(_warm(incremental["spans"])), 3
-                ),
-                "incremental_join_ratio_cold": round(
-                    statistics.median(incremental["engine"][::3]) / statistics.median(incremental["spans"][::3]), 3
-                ),
-                "per_detector_median_seconds": {
-                    name: {k: round(statistics.median(v), 2) for k, v in per.items()}
-                    for name, per in detectors_seconds.items()
-                },
-            },
-            indent=2,
-        )
-    )
+    figures = {
+        "spans": args.spans,
+        "engine_metric_rows": points,
+        "settled_spans": settled["engine"][0],
+        "settle_seconds": round(settled["engine"][1], 2),
+        "requests_filled_queue_depth": filled[1],
+        "requests_filled_cache_hit_ratio": filled[2],
+        "full_pass_seconds_facts_on_spans": [round(t, 2) for t in times["spans"]],
+        "full_pass_seconds_facts_joined": [round(t, 2) for t in times["engine"]],
+        "join_ratio": round(medians["engine"] / medians["spans"], 3) if medians else None,
+        "incremental_pass_seconds_facts_on_spans": [round(t, 2) for t in incremental["spans"]],
+        "incremental_pass_seconds_facts_joined": [round(t, 2) for t in incremental["engine"]],
+        "incremental_join_ratio_warm": round(
+            statistics.median(_warm(incremental["engine"])) / statistics.median(_warm(incremental["spans"])), 3
+        ),
+        "incremental_join_ratio_cold": round(
+            statistics.median(incremental["engine"][::3]) / statistics.median(incremental["spans"][::3]), 3
+        ),
+        "per_detector_median_seconds": {
+            name: {k: round(statistics.median(v), 2) for k, v in per.items()} for name, per in detectors_seconds.items()
+        },
+    }
+    if before is not None:
+        figures = {"before": before, "after": figures, "compared_to": args.compare, **comparison(before, figures)}
+    print(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":
