@@ -471,75 +471,82 @@ CREATE MACRO engine_facts_between(t0, t1, replica_facts, fleet_facts) AS TABLE W
     to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))) AS margin FROM engine_metrics WHERE (("time" >=
     (span.lo - to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT)))) AND ("time" < (span.hi +
     to_hours(CAST(trunc(CAST(2 AS DOUBLE)) AS BIGINT))))))), states AS MATERIALIZED (SELECT *, (CAST((2e6 *
-    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))) AS current_for FROM
-    engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))), arrival AS MATERIALIZED (SELECT k.*, s.*
-    EXCLUDE (replica_id), ((k."second" - s."time") <= s.current_for) AS is_current FROM ((SELECT DISTINCT
-    replica_id, "second" FROM keys WHERE ((replica_id IS NOT NULL) AND (replica_facts OR fleet_facts) AND
-    EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time"
-    <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE (replica_id), ((s."time" - k."second") <=
-    s.current_for) AS is_current FROM ((SELECT DISTINCT replica_id, end_second AS "second" FROM keys WHERE
-    ((replica_id IS NOT NULL) AND replica_facts AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s
-    ON (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))), waited AS (SELECT k.replica_id, k."second",
-    k.wait_second, max(s.running) AS running, max(s.kv_cache_usage) AS kv_cache_usage FROM ((SELECT DISTINCT
-    replica_id, "second", wait_second FROM keys WHERE ((replica_id IS NOT NULL) AND (wait_second > "second") AND
-    replica_facts AND EXISTS(SELECT 1 FROM states))) AS k INNER JOIN states AS s ON (((s.replica_id = k.replica_id)
-    AND (s."time" > k."second") AND (s."time" <= k.wait_second)))) GROUP BY k.replica_id, k."second",
-    k.wait_second), named AS MATERIALIZED (SELECT DISTINCT deployment FROM states WHERE (deployment IS NOT NULL)),
-    identities AS (SELECT replica_id, arg_min(fleet, "time") AS fleet FROM states GROUP BY replica_id), fleet_keys
-    AS MATERIALIZED (SELECT k.replica_id, k.deployment, k."second", k.wait_second, COALESCE((k.deployment =
-    ANY(SELECT deployment FROM named)), false) AS by_name, CASE WHEN ((k.deployment = ANY(SELECT deployment FROM
-    named))) THEN (k.deployment) ELSE COALESCE(a.fleet, i.fleet) END AS fleet FROM (((SELECT DISTINCT replica_id,
-    deployment, "second", wait_second FROM keys WHERE (fleet_facts AND EXISTS(SELECT 1 FROM states))) AS k LEFT JOIN
-    arrival AS a ON (((a.replica_id = k.replica_id) AND (a."second" = k."second")))) LEFT JOIN identities AS i ON
-    ((i.replica_id = k.replica_id)))), fleet_states AS ((SELECT true AS by_name, deployment AS fleet, replica_id,
-    "time", waiting, current_for FROM states WHERE (deployment = ANY(SELECT fleet FROM fleet_keys WHERE by_name)))
-    UNION ALL (SELECT false AS by_name, fleet, replica_id, "time", waiting, current_for FROM states WHERE (fleet =
-    ANY(SELECT fleet FROM fleet_keys WHERE (NOT by_name))))), fleets AS MATERIALIZED (WITH s AS (SELECT *,
-    lag("time") OVER (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER
-    (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS prev_waiting, lead("time") OVER (PARTITION BY
-    by_name, fleet, replica_id ORDER BY "time") AS next_time FROM fleet_states), events AS ((SELECT by_name, fleet,
-    "time", (COALESCE(waiting, 0) - CASE WHEN ((("time" - prev_time) <= current_for)) THEN (COALESCE(prev_waiting,
-    0)) ELSE 0 END) AS d_waiting, CASE WHEN ((("time" - prev_time) <= current_for)) THEN (0) ELSE 1 END AS
-    d_replicas FROM s) UNION ALL (SELECT by_name, fleet, ("time" + current_for), (-(COALESCE(waiting, 0))), -1 FROM
-    s WHERE ((next_time IS NULL) OR ((next_time - "time") > current_for)))) SELECT by_name, fleet, "time",
-    sum(d_waiting) OVER (PARTITION BY by_name, fleet ORDER BY "time") AS waiting, sum(d_replicas) OVER (PARTITION BY
-    by_name, fleet ORDER BY "time") AS replicas FROM events), fleet_at AS (SELECT k.*, s.waiting, s.replicas FROM
-    ((SELECT DISTINCT by_name, fleet, "second" FROM fleet_keys WHERE (fleet IS NOT NULL)) AS k ASOF LEFT JOIN fleets
-    AS s ON (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND (s."time" <= k."second"))))), fleet_waited AS
-    (SELECT k.by_name, k.fleet, k."second", k.wait_second, max(s.waiting) AS waiting, max(s.replicas) AS replicas
-    FROM ((SELECT DISTINCT by_name, fleet, "second", wait_second FROM fleet_keys WHERE ((fleet IS NOT NULL) AND
-    (wait_second > "second"))) AS k INNER JOIN fleets AS s ON (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND
-    (s."time" > k."second") AND (s."time" <= k.wait_second)))) GROUP BY k.by_name, k.fleet, k."second",
-    k.wait_second), fleet AS (SELECT f.replica_id, f.deployment, f."second", f.wait_second, greatest(CASE WHEN
-    ((fa.replicas > 0)) THEN (fa.waiting) ELSE NULL END, fw.waiting) AS waiting, greatest(fa.replicas, fw.replicas)
-    AS replicas FROM ((fleet_keys AS f LEFT JOIN fleet_at AS fa ON (((fa.by_name = f.by_name) AND (fa.fleet =
-    f.fleet) AND (fa."second" = f."second")))) LEFT JOIN fleet_waited AS fw ON (((fw.by_name = f.by_name) AND
-    (fw.fleet = f.fleet) AND (fw."second" = f."second") AND (fw.wait_second = f.wait_second))))), lifetime AS
-    (SELECT k.*, a.is_current AS arrival_current, e.is_current AS departure_current, e."time" AS departure_time,
-    (w.replica_id IS NOT NULL) AS has_waited, CASE WHEN (a.is_current) THEN (a.cache_hit_rate) ELSE NULL END AS
-    cache_hit_rate, greatest(CASE WHEN (a.is_current) THEN (a.kv_cache_usage) ELSE NULL END, w.kv_cache_usage) AS
-    kv_cache_usage, greatest(CASE WHEN (a.is_current) THEN (a.running) ELSE NULL END, w.running) AS running, CASE
-    WHEN ((a.is_current AND e.is_current)) THEN ((e.cache_queries - a.cache_queries)) ELSE NULL END AS
-    cache_queries, CASE WHEN ((a.is_current AND e.is_current)) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END AS
-    cache_hits, CASE WHEN ((a.is_current AND e.is_current)) THEN ((e.preemptions - a.preemptions)) ELSE NULL END AS
-    preemptions, CASE WHEN ((a.is_current AND e.is_current)) THEN ((e.step_tokens - a.step_tokens)) ELSE NULL END AS
-    step_tokens, CASE WHEN ((a.is_current AND e.is_current)) THEN ((e.steps - a.steps)) ELSE NULL END AS steps,
-    d.waiting, d.replicas FROM (((((SELECT DISTINCT replica_id, deployment, "second", wait_second, end_second FROM
-    keys) AS k LEFT JOIN arrival AS a ON (((a.replica_id = k.replica_id) AND (a."second" = k."second")))) LEFT JOIN
-    departure AS e ON (((e.replica_id = k.replica_id) AND (e."second" = k.end_second)))) LEFT JOIN waited AS w ON
-    (((w.replica_id = k.replica_id) AND (w."second" = k."second") AND (w.wait_second = k.wait_second)))) LEFT JOIN
-    fleet AS d ON (((d.replica_id IS NOT DISTINCT FROM k.replica_id) AND (d.deployment IS NOT DISTINCT FROM
-    k.deployment) AND (d."second" = k."second") AND (d.wait_second = k.wait_second))))) SELECT replica_id,
-    deployment, "second", wait_second, end_second, departure_time, (SELECT lo FROM reach) AS reach_lo, (SELECT hi
-    FROM reach) AS reach_hi, CASE WHEN ((replicas > 0)) THEN (CAST(round(waiting) AS BIGINT)) ELSE NULL END AS
-    queue_depth, CASE WHEN ((replicas > 0)) THEN (CAST(replicas AS BIGINT)) ELSE NULL END AS replica_count,
-    COALESCE(CASE WHEN ((cache_queries > 0)) THEN (least(1.0, (cache_hits / cache_queries))) ELSE NULL END,
-    cache_hit_rate) AS cache_hit_ratio, kv_cache_usage, CAST(round(running) AS BIGINT) AS running_requests,
-    CAST(round(preemptions) AS BIGINT) AS preemptions, CASE WHEN ((steps > 0)) THEN ((step_tokens / steps)) ELSE
-    NULL END AS step_tokens, CASE WHEN ((replica_id IS NULL)) THEN ('no_replica') WHEN (((NOT
-    COALESCE(arrival_current, false)) AND (NOT has_waited) AND (NOT COALESCE(departure_current, false)))) THEN
-    ('no_points_for_replica') WHEN ((NOT COALESCE(arrival_current, false))) THEN ('stale') WHEN ((NOT
-    COALESCE(departure_current, false))) THEN ('source_behind') ELSE NULL END AS facts_reason FROM lifetime;
+    interval_s) AS BIGINT) * to_microseconds(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))) AS current_for,
+    date_trunc('second', "time") AS time_second FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM
+    reach))), wait_seconds AS MATERIALIZED (SELECT replica_id, deployment, "second", wait_second,
+    unnest("range"("second", (wait_second + to_seconds(CAST(1 AS DOUBLE))), to_seconds(CAST(1 AS DOUBLE)))) AS
+    at_second FROM (SELECT DISTINCT replica_id, deployment, "second", wait_second FROM keys WHERE (wait_second >
+    "second"))), arrival AS MATERIALIZED (SELECT k.*, s.* EXCLUDE (replica_id), ((k."second" - s."time") <=
+    s.current_for) AS is_current FROM ((SELECT DISTINCT replica_id, "second" FROM keys WHERE ((replica_id IS NOT
+    NULL) AND (replica_facts OR fleet_facts) AND EXISTS(SELECT 1 FROM states))) AS k ASOF LEFT JOIN states AS s ON
+    (((s.replica_id = k.replica_id) AND (s."time" <= k."second"))))), departure AS (SELECT k.*, s.* EXCLUDE
+    (replica_id), ((s."time" - k."second") <= s.current_for) AS is_current FROM ((SELECT DISTINCT replica_id,
+    end_second AS "second" FROM keys WHERE ((replica_id IS NOT NULL) AND replica_facts AND EXISTS(SELECT 1 FROM
+    states))) AS k ASOF LEFT JOIN states AS s ON (((s.replica_id = k.replica_id) AND (s."time" >= k."second"))))),
+    waited AS (SELECT k.replica_id, k."second", k.wait_second, max(s.running) AS running, max(s.kv_cache_usage) AS
+    kv_cache_usage FROM ((SELECT DISTINCT replica_id, "second", wait_second, at_second FROM wait_seconds WHERE
+    ((replica_id IS NOT NULL) AND replica_facts AND EXISTS(SELECT 1 FROM states))) AS k INNER JOIN states AS s ON
+    (((s.replica_id = k.replica_id) AND (s.time_second = k.at_second)))) WHERE ((s."time" > k."second") AND
+    (s."time" <= k.wait_second)) GROUP BY k.replica_id, k."second", k.wait_second), named AS MATERIALIZED (SELECT
+    DISTINCT deployment FROM states WHERE (deployment IS NOT NULL)), identities AS (SELECT replica_id,
+    arg_min(fleet, "time") AS fleet FROM states GROUP BY replica_id), fleet_keys AS MATERIALIZED (SELECT
+    k.replica_id, k.deployment, k."second", k.wait_second, COALESCE((k.deployment = ANY(SELECT deployment FROM
+    named)), false) AS by_name, CASE WHEN ((k.deployment = ANY(SELECT deployment FROM named))) THEN (k.deployment)
+    ELSE COALESCE(a.fleet, i.fleet) END AS fleet FROM (((SELECT DISTINCT replica_id, deployment, "second",
+    wait_second FROM keys WHERE (fleet_facts AND EXISTS(SELECT 1 FROM states))) AS k LEFT JOIN arrival AS a ON
+    (((a.replica_id = k.replica_id) AND (a."second" = k."second")))) LEFT JOIN identities AS i ON ((i.replica_id =
+    k.replica_id)))), fleet_states AS ((SELECT true AS by_name, deployment AS fleet, replica_id, "time", waiting,
+    current_for FROM states WHERE (deployment = ANY(SELECT fleet FROM fleet_keys WHERE by_name))) UNION ALL (SELECT
+    false AS by_name, fleet, replica_id, "time", waiting, current_for FROM states WHERE (fleet = ANY(SELECT fleet
+    FROM fleet_keys WHERE (NOT by_name))))), fleets AS MATERIALIZED (WITH s AS (SELECT *, lag("time") OVER
+    (PARTITION BY by_name, fleet, replica_id ORDER BY "time") AS prev_time, lag(waiting) OVER (PARTITION BY by_name,
+    fleet, replica_id ORDER BY "time") AS prev_waiting, lead("time") OVER (PARTITION BY by_name, fleet, replica_id
+    ORDER BY "time") AS next_time FROM fleet_states), events AS ((SELECT by_name, fleet, "time", (COALESCE(waiting,
+    0) - CASE WHEN ((("time" - prev_time) <= current_for)) THEN (COALESCE(prev_waiting, 0)) ELSE 0 END) AS
+    d_waiting, CASE WHEN ((("time" - prev_time) <= current_for)) THEN (0) ELSE 1 END AS d_replicas FROM s) UNION ALL
+    (SELECT by_name, fleet, ("time" + current_for), (-(COALESCE(waiting, 0))), -1 FROM s WHERE ((next_time IS NULL)
+    OR ((next_time - "time") > current_for)))) SELECT by_name, fleet, "time", date_trunc('second', "time") AS
+    time_second, sum(d_waiting) OVER (PARTITION BY by_name, fleet ORDER BY "time") AS waiting, sum(d_replicas) OVER
+    (PARTITION BY by_name, fleet ORDER BY "time") AS replicas FROM events), fleet_at AS (SELECT k.*, s.waiting,
+    s.replicas FROM ((SELECT DISTINCT by_name, fleet, "second" FROM fleet_keys WHERE (fleet IS NOT NULL)) AS k ASOF
+    LEFT JOIN fleets AS s ON (((s.by_name = k.by_name) AND (s.fleet = k.fleet) AND (s."time" <= k."second"))))),
+    fleet_waited AS (SELECT k.by_name, k.fleet, k."second", k.wait_second, max(s.waiting) AS waiting,
+    max(s.replicas) AS replicas FROM ((SELECT DISTINCT f.by_name, f.fleet, f."second", f.wait_second, w.at_second
+    FROM (fleet_keys AS f INNER JOIN wait_seconds AS w ON (((w.replica_id IS NOT DISTINCT FROM f.replica_id) AND
+    (w.deployment IS NOT DISTINCT FROM f.deployment) AND (w."second" = f."second") AND (w.wait_second =
+    f.wait_second)))) WHERE (f.fleet IS NOT NULL)) AS k INNER JOIN fleets AS s ON (((s.by_name = k.by_name) AND
+    (s.fleet = k.fleet) AND (s.time_second = k.at_second)))) WHERE ((s."time" > k."second") AND (s."time" <=
+    k.wait_second)) GROUP BY k.by_name, k.fleet, k."second", k.wait_second), fleet AS (SELECT f.replica_id,
+    f.deployment, f."second", f.wait_second, greatest(CASE WHEN ((fa.replicas > 0)) THEN (fa.waiting) ELSE NULL END,
+    fw.waiting) AS waiting, greatest(fa.replicas, fw.replicas) AS replicas FROM ((fleet_keys AS f LEFT JOIN fleet_at
+    AS fa ON (((fa.by_name = f.by_name) AND (fa.fleet = f.fleet) AND (fa."second" = f."second")))) LEFT JOIN
+    fleet_waited AS fw ON (((fw.by_name = f.by_name) AND (fw.fleet = f.fleet) AND (fw."second" = f."second") AND
+    (fw.wait_second = f.wait_second))))), lifetime AS (SELECT k.*, a.is_current AS arrival_current, e.is_current AS
+    departure_current, e."time" AS departure_time, (w.replica_id IS NOT NULL) AS has_waited, CASE WHEN
+    (a.is_current) THEN (a.cache_hit_rate) ELSE NULL END AS cache_hit_rate, greatest(CASE WHEN (a.is_current) THEN
+    (a.kv_cache_usage) ELSE NULL END, w.kv_cache_usage) AS kv_cache_usage, greatest(CASE WHEN (a.is_current) THEN
+    (a.running) ELSE NULL END, w.running) AS running, CASE WHEN ((a.is_current AND e.is_current)) THEN
+    ((e.cache_queries - a.cache_queries)) ELSE NULL END AS cache_queries, CASE WHEN ((a.is_current AND
+    e.is_current)) THEN ((e.cache_hits - a.cache_hits)) ELSE NULL END AS cache_hits, CASE WHEN ((a.is_current AND
+    e.is_current)) THEN ((e.preemptions - a.preemptions)) ELSE NULL END AS preemptions, CASE WHEN ((a.is_current AND
+    e.is_current)) THEN ((e.step_tokens - a.step_tokens)) ELSE NULL END AS step_tokens, CASE WHEN ((a.is_current AND
+    e.is_current)) THEN ((e.steps - a.steps)) ELSE NULL END AS steps, d.waiting, d.replicas FROM (((((SELECT
+    DISTINCT replica_id, deployment, "second", wait_second, end_second FROM keys) AS k LEFT JOIN arrival AS a ON
+    (((a.replica_id = k.replica_id) AND (a."second" = k."second")))) LEFT JOIN departure AS e ON (((e.replica_id =
+    k.replica_id) AND (e."second" = k.end_second)))) LEFT JOIN waited AS w ON (((w.replica_id = k.replica_id) AND
+    (w."second" = k."second") AND (w.wait_second = k.wait_second)))) LEFT JOIN fleet AS d ON (((d.replica_id IS NOT
+    DISTINCT FROM k.replica_id) AND (d.deployment IS NOT DISTINCT FROM k.deployment) AND (d."second" = k."second")
+    AND (d.wait_second = k.wait_second))))) SELECT replica_id, deployment, "second", wait_second, end_second,
+    departure_time, (SELECT lo FROM reach) AS reach_lo, (SELECT hi FROM reach) AS reach_hi, CASE WHEN ((replicas >
+    0)) THEN (CAST(round(waiting) AS BIGINT)) ELSE NULL END AS queue_depth, CASE WHEN ((replicas > 0)) THEN
+    (CAST(replicas AS BIGINT)) ELSE NULL END AS replica_count, COALESCE(CASE WHEN ((cache_queries > 0)) THEN
+    (least(1.0, (cache_hits / cache_queries))) ELSE NULL END, cache_hit_rate) AS cache_hit_ratio, kv_cache_usage,
+    CAST(round(running) AS BIGINT) AS running_requests, CAST(round(preemptions) AS BIGINT) AS preemptions, CASE WHEN
+    ((steps > 0)) THEN ((step_tokens / steps)) ELSE NULL END AS step_tokens, CASE WHEN ((replica_id IS NULL)) THEN
+    ('no_replica') WHEN (((NOT COALESCE(arrival_current, false)) AND (NOT has_waited) AND (NOT
+    COALESCE(departure_current, false)))) THEN ('no_points_for_replica') WHEN ((NOT COALESCE(arrival_current,
+    false))) THEN ('stale') WHEN ((NOT COALESCE(departure_current, false))) THEN ('source_behind') ELSE NULL END AS
+    facts_reason FROM lifetime;
 
 -- view slo_status:
 --   slo VARCHAR

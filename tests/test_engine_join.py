@@ -440,6 +440,27 @@ def test_a_replica_seen_only_while_the_request_waited_is_stale_not_absent(storag
     assert (row["running_requests"], row["kv_cache_usage"], row["engine_facts_reason"]) == (7, 0.9, "stale")
 
 
+def test_a_scrape_in_the_second_a_wait_ended_counts_toward_it(storage: Storage) -> None:
+    # pod-a is idle at T0 + 5 s and T0 + 10 s and shows the burst at T0 + 12 s. A request arriving at T0 + 10.1 s
+    # and waiting 2 s (until T0 + 12.1 s) met it; one waiting 1.5 s (until T0 + 11.6 s) did not.
+    labels = {"engine": "0", "model_name": "llama-70b"}
+    times = [ns(T0 + timedelta(seconds=s)) for s in (5, 10, 12)]
+    store_metrics(
+        storage,
+        scraped("pod-a", [gauge("vllm:num_requests_waiting", list(zip(times, (0.0, 0.0, 16.0), strict=True)), labels)]),
+    )
+    arrival = T0 + timedelta(seconds=10, milliseconds=100)
+    store_spans(
+        storage,
+        [
+            request_span(1, "pod-a", arrival, arrival + timedelta(seconds=8), queue_ms=2000.0),
+            request_span(3, "pod-a", arrival, arrival + timedelta(seconds=8), queue_ms=1500.0),
+        ],
+    )
+    rows = joined(storage, "queue_depth")
+    assert {k: r["queue_depth"] for k, r in rows.items()} == {"0000000000000002": 16, "0000000000000004": 0}
+
+
 # --- bad input: nothing crashes, nothing joins to the wrong replica, each is counted or explained ----------
 
 

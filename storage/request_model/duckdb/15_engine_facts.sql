@@ -53,8 +53,17 @@ CREATE OR REPLACE MACRO engine_facts_between(t0, t1, replica_facts, fleet_facts)
         )
     ),
     states AS MATERIALIZED (
-        SELECT *, CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND AS current_for
+        SELECT *, CAST(2e6 * interval_s AS BIGINT) * INTERVAL 1 MICROSECOND AS current_for,
+               date_trunc('second', time) AS time_second
         FROM engine_states_between((SELECT lo FROM reach), (SELECT hi FROM reach))
+    ),
+    -- Each second of each wait that outlasted its arrival second: the states a wait saw are found by equality
+    -- on (replica or fleet, second), where a range condition would compare every wait with every state of its
+    -- replica or fleet (a day of requests: hours instead of seconds).
+    wait_seconds AS MATERIALIZED (
+        SELECT replica_id, deployment, second, wait_second,
+               unnest(range(second, wait_second + INTERVAL 1 SECOND, INTERVAL 1 SECOND)) AS at_second
+        FROM (SELECT DISTINCT replica_id, deployment, second, wait_second FROM keys WHERE wait_second > second)
     ),
     -- One row per (replica, second) the spans need: the replica's last state at or before the second a span
     -- started in (`arrival`), its first at or after `end_second` (`departure`). Empty when no engine reported
@@ -78,10 +87,11 @@ CREATE OR REPLACE MACRO engine_facts_between(t0, t1, replica_facts, fleet_facts)
         SELECT k.replica_id, k.second, k.wait_second, max(s.running) AS running,
                max(s.kv_cache_usage) AS kv_cache_usage
         FROM (
-            SELECT DISTINCT replica_id, second, wait_second FROM keys
-            WHERE replica_id IS NOT NULL AND wait_second > second AND replica_facts AND EXISTS (SELECT 1 FROM states)
+            SELECT DISTINCT replica_id, second, wait_second, at_second FROM wait_seconds
+            WHERE replica_id IS NOT NULL AND replica_facts AND EXISTS (SELECT 1 FROM states)
         ) AS k
-        JOIN states AS s ON s.replica_id = k.replica_id AND s.time > k.second AND s.time <= k.wait_second
+        JOIN states AS s ON s.replica_id = k.replica_id AND s.time_second = k.at_second
+        WHERE s.time > k.second AND s.time <= k.wait_second
         GROUP BY k.replica_id, k.second, k.wait_second),
     -- The span's fleet. By name when the engine points carry its deployment (a scrape job or a scrape target's
     -- `deployment` named after the spans' service: the operator's own mapping wins); else the replicas sharing
@@ -129,7 +139,7 @@ CREATE OR REPLACE MACRO engine_facts_between(t0, t1, replica_facts, fleet_facts)
             FROM s
             WHERE next_time IS NULL OR next_time - time > current_for
         )
-        SELECT by_name, fleet, time,
+        SELECT by_name, fleet, time, date_trunc('second', time) AS time_second,
                sum(d_waiting) OVER d AS waiting,
                sum(d_replicas) OVER d AS replicas
         FROM events
@@ -143,10 +153,15 @@ CREATE OR REPLACE MACRO engine_facts_between(t0, t1, replica_facts, fleet_facts)
     fleet_waited AS (
         SELECT k.by_name, k.fleet, k.second, k.wait_second, max(s.waiting) AS waiting, max(s.replicas) AS replicas
         FROM (
-            SELECT DISTINCT by_name, fleet, second, wait_second FROM fleet_keys
-            WHERE fleet IS NOT NULL AND wait_second > second
+            SELECT DISTINCT f.by_name, f.fleet, f.second, f.wait_second, w.at_second
+            FROM fleet_keys AS f
+            JOIN wait_seconds AS w
+              ON w.replica_id IS NOT DISTINCT FROM f.replica_id AND w.deployment IS NOT DISTINCT FROM f.deployment
+             AND w.second = f.second AND w.wait_second = f.wait_second
+            WHERE f.fleet IS NOT NULL
         ) AS k
-        JOIN fleets AS s ON s.by_name = k.by_name AND s.fleet = k.fleet AND s.time > k.second AND s.time <= k.wait_second
+        JOIN fleets AS s ON s.by_name = k.by_name AND s.fleet = k.fleet AND s.time_second = k.at_second
+        WHERE s.time > k.second AND s.time <= k.wait_second
         GROUP BY k.by_name, k.fleet, k.second, k.wait_second),
     fleet AS (
         SELECT f.replica_id, f.deployment, f.second, f.wait_second,
