@@ -260,6 +260,12 @@ def analyst_store() -> Any:
         ("SELECT * FROM file('/etc/passwd', 'LineAsString')", "forbidden"),
         ("SELECT * FROM spans s JOIN url('http://127.0.0.1:1/x', CSV) u ON 1", "forbidden"),
         ("SELECT count() FROM spans SETTINGS max_execution_time = 0", "forbidden"),
+        ("SELECT 1 INTO OUTFILE '{out}'", "forbidden"),
+        ("select 1 into  outfile '{out}' TRUNCATE", "forbidden"),
+        ("SELECT 1 INTO OUTFILE '{out}' APPEND", "forbidden"),
+        ("SELECT 1 INTO OUTFILE '{out}' AND STDOUT", "forbidden"),
+        ("SELECT 1 INTO OUTFILE '{out}' COMPRESSION 'gzip'", "forbidden"),
+        ("EXPLAIN SELECT 1 INTO OUTFILE '{out}'", "forbidden"),
         ("INSERT INTO alerts SELECT * FROM alerts", "read_only"),
         ("DROP TABLE spans", "read_only"),
         ("SELECT 1; SELECT 2", "multiple_statements"),
@@ -267,11 +273,43 @@ def analyst_store() -> Any:
     ],
 )
 def test_the_analyst_endpoint_refuses_what_is_not_a_bounded_read(
-    analyst_store: ClickHouseStorage, sql: str, code: str
+    analyst_store: ClickHouseStorage, sql: str, code: str, tmp_path: Path
 ) -> None:
+    out = tmp_path / "written.csv"
+    out.write_text("kept\n")
     with pytest.raises(QueryError) as refused:
-        analyst_store.analyst.run(sql)
+        analyst_store.analyst.run(sql.format(out=out))
     assert refused.value.code == code
+    assert out.read_text() == "kept\n"  # nothing written, truncated or appended
+
+
+@pytest.mark.parametrize(
+    ("sql", "types"),
+    [
+        ("SELECT count() AS n FROM spans", ["UInt64"]),
+        ("WITH 2 AS two SELECT two * 3 AS six", ["UInt16"]),
+        ("EXPLAIN SELECT 1", ["String"]),
+        ("SHOW TABLES", ["String"]),
+        ("DESCRIBE TABLE spans", ["String"] * 7),
+        ("SHOW COLUMNS FROM spans", None),
+        ("SHOW CREATE TABLE spans", ["String"]),
+    ],
+)
+def test_the_analyst_endpoint_answers_every_reading_kind_with_its_types(
+    analyst_store: ClickHouseStorage, sql: str, types: list[str] | None
+) -> None:
+    result = analyst_store.analyst.run(sql)
+    assert result.table.num_rows >= 1
+    assert len(result.types) == result.table.num_columns
+    if types is not None:
+        assert result.types == types
+    if sql.startswith(("SHOW TABLES", "DESCRIBE")):
+        assert "spans" in result.table.column(0).to_pylist() or "trace_id" in result.table.column(0).to_pylist()
+
+
+def test_words_of_an_output_clause_in_a_string_or_a_quoted_name_are_read(analyst_store: ClickHouseStorage) -> None:
+    result = analyst_store.analyst.run("SELECT 'x INTO OUTFILE y' AS `into outfile`, 1 AS \"INTO OUTFILE\"")
+    assert result.table.to_pylist() == [{"into outfile": "x INTO OUTFILE y", "INTO OUTFILE": 1}]
 
 
 def test_an_analyst_read_is_capped_typed_and_takes_named_parameters(analyst_store: ClickHouseStorage) -> None:

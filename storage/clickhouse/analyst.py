@@ -6,6 +6,9 @@
   `remote`, `mysql`, `executable`, …): only the generators in SAFE_TABLE_FUNCTIONS; found on the AST, so a
   name in a string or a comment is not a call.
 - No SETTINGS clause: the limits below are the statement's, and an analyst cannot lift them.
+- No output clause (`INTO OUTFILE` in any form, under EXPLAIN too): ClickHouse writes the file itself, and
+  `readonly` does not stop it. Found on the statement as the parser formats it, with its string literals and
+  quoted names taken out, so `'INTO OUTFILE'` in a string is not a clause.
 - Every statement runs with `readonly = 2` (the server refuses writes and DDL), `max_execution_time`
   and `max_result_rows` (overflow: break), and the result is cut at the cap.
 
@@ -31,12 +34,18 @@ from storage.clickhouse.evaluator import Evaluator, Needs
 from storage.export import DATASET_SQL, check_export
 from storage.ports import Params, QueryError, QueryResult, Window
 
-READING = ("SelectWithUnionQuery", "Explain", "DescribeQuery", "ShowTables", "ShowColumns")
+READING = ("SelectWithUnionQuery", "Explain", "DescribeQuery", "ShowTables", "ShowColumns", "ShowCreateTableQuery")
+# What ClickHouse cannot read as a subquery: its result types are taken from the answer itself.
+_NOT_SUBQUERIES = ("SHOW ", "DESCRIBE ")
 SAFE_TABLE_FUNCTIONS = frozenset(
     {"numbers", "numbers_mt", "zeros", "zeros_mt", "values", "generate_series", "generateSeries", "null", "primes",
      "generateRandom", "view"}
 )  # fmt: skip
 _FUNCTION = re.compile(r"Function (\w+)")
+# A string literal or a quoted name in ClickHouse's formatted SQL (backslash escapes, and doubled quotes).
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.|'')*'|`(?:[^`\\]|\\.|``)*`|\"(?:[^\"\\]|\\.|\"\")*\"")
+# The formatter writes keywords in capitals: an identifier spelled into/outfile is not the clause.
+_OUTPUT_CLAUSE = re.compile(r"\bINTO\s+OUTFILE\b")
 _ERROR_CODES = {159: "timeout", 164: "read_only", 62: "syntax_error", 60: "unknown_table", 47: "unknown_column",
                 46: "unknown_function"}  # fmt: skip
 
@@ -78,6 +87,10 @@ class ClickHouseAnalyst:
             raise QueryError(
                 "read_only", f"only SELECT (and EXPLAIN, DESCRIBE, SHOW) statements are allowed; this is {kind}"
             )
+        if _OUTPUT_CLAUSE.search(_QUOTED.sub("''", single)):
+            raise QueryError(
+                "forbidden", "INTO OUTFILE is not allowed: the SQL endpoint returns results, it writes no file"
+            )
         if "Set" in ast:
             raise QueryError("forbidden", "a SETTINGS clause is not allowed: the SQL endpoint's limits hold")
         refused = self._functions()
@@ -103,7 +116,10 @@ class ClickHouseAnalyst:
         started = time.perf_counter()
         try:
             table = self._client.arrow(sql, named, self._settings(cap))
-            types = [r[1] for r in self._client.rows(f"DESCRIBE TABLE ({sql})", named)]
+            if sql.startswith(_NOT_SUBQUERIES):
+                types = [_type_name(field.type) for field in table.schema]
+            else:
+                types = [r[1] for r in self._client.rows(f"DESCRIBE TABLE ({sql})", named)]
         except ClickHouseError as exc:
             raise _query_error(exc) from None
         truncated = table.num_rows > cap
@@ -135,6 +151,15 @@ class ClickHouseAnalyst:
             table = source.arrow(DATASET_SQL[dataset].replace("$since", "?").replace("$until", "?"),
                                  [since, until] * DATASET_SQL[dataset].count("$since"))  # fmt: skip
         yield table.to_reader()
+
+
+def _type_name(arrow_type: pa.DataType) -> str:
+    """ClickHouse's name for a column type of a SHOW or DESCRIBE answer (text, counts and flags)."""
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_binary(arrow_type):
+        return "String"
+    if pa.types.is_integer(arrow_type):
+        return f"{'Int' if pa.types.is_signed_integer(arrow_type) else 'UInt'}{arrow_type.bit_width}"
+    return str(arrow_type)
 
 
 def _named(params: Params) -> dict[str, Any]:
