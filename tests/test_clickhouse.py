@@ -649,3 +649,34 @@ def test_the_clickhouse_writer_thread_is_named_for_top() -> None:
         wait_until(lambda: "tw-clickhouse-w" in kernel_names(os.getpid()), "the writer thread to name itself")
     finally:
         store.close()
+
+
+def test_a_store_made_by_an_earlier_tailwatch_gets_the_columns_added_since_and_keeps_replayed_figures() -> None:
+    """Tables are created if missing; a store from before a migration lacks its columns (clusters.same_requests,
+    spans.engine_facts_reason) and has a deduplication window on tables whose rows are replaced on purpose:
+    opened again, it gains both, and a replayed window keeps its rows."""
+    dsn = chdb_dsn("upgrade")
+    store = ClickHouseStorage.open(dsn)
+    old = "ALTER TABLE {} MODIFY SETTING non_replicated_deduplication_window = 1000"
+    store.client.command("ALTER TABLE clusters DROP COLUMN same_requests")
+    store.client.command("ALTER TABLE spans DROP COLUMN engine_facts_reason")
+    store.client.command(old.format("context_length"))
+    store.close()
+    store = ClickHouseStorage.open(dsn)
+    try:
+        columns = {
+            (str(t), str(c))
+            for t, c in store.client.rows(
+                "SELECT table, name FROM system.columns WHERE database = currentDatabase() "
+                "AND name IN ('same_requests', 'engine_facts_reason')"
+            )
+        }
+        assert {("clusters", "same_requests"), ("spans", "engine_facts_reason")} <= columns
+        [(query,)] = store.client.rows("SELECT create_table_query FROM system.tables WHERE name = 'context_length' "
+                                       "AND database = currentDatabase()")  # fmt: skip
+        assert "non_replicated_deduplication_window = 1000" not in str(query)
+        [(spans_query,)] = store.client.rows("SELECT create_table_query FROM system.tables WHERE name = 'spans' "
+                                             "AND database = currentDatabase()")  # fmt: skip
+        assert "non_replicated_deduplication_window = 1000" in str(spans_query)  # retried batches still count once
+    finally:
+        store.close()

@@ -331,10 +331,15 @@ def test_re_evaluating_a_window_replaces_its_figures_and_logs_each_run(empty: St
     empty.detector_store.persist(evaluation(key, at, {key: rows}))
     once = count(empty, f"SELECT count(*) FROM {key}")
     assert once == rows.height
+    # A replay of the very same evaluation (`tailwatch detect --at T` twice, two schedulers overlapping by one
+    # job) writes the very same rows again: they replace the window's rows, none is taken for a retried insert.
+    for _ in range(2):
+        empty.detector_store.persist(evaluation(key, at, {key: rows}))
+        assert count(empty, f"SELECT count(*) FROM {key}") == once
     empty.detector_store.persist(evaluation(key, at + timedelta(minutes=1), {key: rows}))
     assert count(empty, f"SELECT count(*) FROM {key}") == once
     empty.detector_store.log_run(RunRecord(key, at, WINDOW, "error", 0.1, error="RuntimeError: no"))
-    assert count(empty, f"SELECT count(*) FROM detector_runs WHERE detector = '{key}'") == 3
+    assert count(empty, f"SELECT count(*) FROM detector_runs WHERE detector = '{key}'") == 5
     assert count(empty, "SELECT count(*) FROM detector_runs WHERE outcome = 'error'") == 1
 
 

@@ -124,9 +124,15 @@ class ClickHouse:
         with self._lock:
             return self._client.command(with_settings(sql, settings), parameters=dict(params or {}))
 
-    def insert(self, table: str, data: pa.Table, *, token: str | None = None) -> None:
-        """Insert an Arrow table; a second insert with the same `token` is dropped by the server as a retry."""
-        settings = {"insert_deduplication_token": token} if token else {}
+    def insert(self, table: str, data: pa.Table, *, token: str | None = None, replacing: bool = False) -> None:
+        """Insert an Arrow table; a second insert with the same `token` is dropped by the server as a retry.
+
+        `replacing`: the rows replace what a DELETE just removed (a window's figures evaluated again, an alert's
+        new state), so the same rows inserted again are meant: the server's deduplication of identical blocks,
+        which Tailwatch's tables keep for retried span batches, would drop them as a retry."""
+        settings: dict[str, Any] = {"insert_deduplication_token": token} if token else {}
+        if replacing:
+            settings["insert_deduplicate"] = 0
         with self._lock:
             self._client.insert_arrow(table, data, settings=settings)
 

@@ -52,6 +52,10 @@ class Layout:
     partition_by: str | None = None
     ttl_column: str | None = None  # retention: rows older than the configured days are dropped by part
     skip: tuple[str, ...] = ()
+    # The writer's retried inserts land here, and the server drops a block it has seen (a deduplication
+    # window). Every other table has rows deleted and the same rows written again on purpose (a window
+    # evaluated again), which such a window would drop as a retry.
+    retried: bool = False
 
 
 _FIGURES = Layout("(window_end, window_start)", partition_by="toYYYYMM(window_end)")
@@ -63,11 +67,15 @@ LAYOUTS: dict[str, Layout] = {
         partition_by="toDate(end_time)",
         ttl_column="end_time",
         skip=SPAN_JSON_COLUMNS + STORED_ONLY,
+        retried=True,
     ),
     "span_scores": Layout(
-        "(trace_id, span_id, name, source, observed_at)", replacing=True, partition_by="toDate(observed_at)"
+        "(trace_id, span_id, name, source, observed_at)",
+        replacing=True,
+        partition_by="toDate(observed_at)",
+        retried=True,
     ),
-    "engine_metrics": Layout("(time, name)", partition_by="toDate(time)", ttl_column="time"),
+    "engine_metrics": Layout("(time, name)", partition_by="toDate(time)", ttl_column="time", retried=True),
     "alerts": Layout("(alert_id)", replacing=True),
     "alert_conditions": Layout("(detector, fingerprint)"),
     "detector_runs": Layout("(detector, evaluated_at)", partition_by="toYYYYMM(evaluated_at)"),
@@ -137,9 +145,37 @@ def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, t
     if spec.ttl_column and ttl_days:
         parts.append(ttl_clause(spec.ttl_column, ttl_days))
     # Deduplication tokens on non-replicated tables need a window of remembered inserts (replicated ones
-    # have it by default).
-    parts.append("SETTINGS non_replicated_deduplication_window = 1000" if not cluster else "")
+    # have it by default, and the tables replaced on purpose are written with insert_deduplicate = 0).
+    parts.append(f"SETTINGS {_WINDOW_SETTING} = {_WINDOW}" if spec.retried and not cluster else "")
     return "\n".join(p for p in parts if p)
+
+
+_WINDOW_SETTING = "non_replicated_deduplication_window"
+_WINDOW = 1000
+
+
+def upgrade_table(client: ClickHouse, name: str, columns: Iterable[Column], *, cluster: str | None) -> None:
+    """A table created by an earlier Tailwatch gets what this one writes: the columns a migration added since
+    (a store from before them refused every insert naming them), and no deduplication window where rows are
+    replaced on purpose (tables created before it was taken off)."""
+    have = {
+        str(r[0])
+        for r in client.rows(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {t:String}", {"t": name}
+        )
+    }
+    for column in columns:
+        if column.name not in have:
+            client.command(f"ALTER TABLE {_quote(name)}{_on(cluster)} ADD COLUMN IF NOT EXISTS "
+                           f"{_quote(column.name)} {column.type}")  # fmt: skip
+    if cluster or layout(name).retried:
+        return
+    [(query,)] = client.rows(
+        "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
+        {"t": name},
+    )
+    if f"{_WINDOW_SETTING} = {_WINDOW}" in str(query):
+        client.command(f"ALTER TABLE {_quote(name)} MODIFY SETTING {_WINDOW_SETTING} = 0")
 
 
 def ttl_clause(column: str, days: float) -> str:
@@ -211,7 +247,7 @@ OTEL_TRACES_COLUMNS: dict[str, str] = {
 }
 
 
-_DEDUP_WINDOW = ", non_replicated_deduplication_window = 1000"
+_DEDUP_WINDOW = f", {_WINDOW_SETTING} = {_WINDOW}"
 
 
 def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | None) -> str:
@@ -359,6 +395,7 @@ def create_all(
     """Create what is missing; an existing `otel_traces` must be the exporter's layout."""
     for name, columns in tables.items():
         client.command(create_table(name, columns, cluster=cluster, ttl_days=ttl_days))
+        upgrade_table(client, name, columns, cluster=cluster)
         if (column := layout(name).ttl_column) is not None:
             keep_ttl(client, name, column, ttl_days, cluster)
     exists = client.command(

@@ -112,11 +112,11 @@ class ClickHouseDetectorStore:
         for table, rows in figures.items():
             self._replace_window(table, window, rows)
         if alerts is not None:
-            self._client.insert("alerts", alerts)
+            self._client.insert("alerts", alerts, replacing=True)
         if self._has("alert_conditions", "detector = {d:String}", {"d": run.detector}):
             self._client.command("DELETE FROM alert_conditions WHERE detector = {d:String}", {"d": run.detector})
         if conditions.num_rows:
-            self._client.insert("alert_conditions", conditions)
+            self._client.insert("alert_conditions", conditions, replacing=True)
         self.log_run(run)
 
     def _has(self, table: str, where: str, params: Mapping[str, object]) -> bool:
@@ -134,7 +134,7 @@ class ClickHouseDetectorStore:
             if self._has(table, minutes, params):
                 self._client.command(f"DELETE FROM {table} WHERE {minutes}", params)
         if rows.num_rows:
-            self._client.insert(table, rows)
+            self._client.insert(table, rows, replacing=True)
 
     def log_run(self, run: RunRecord) -> None:
         row = {
@@ -143,7 +143,7 @@ class ClickHouseDetectorStore:
             "conditions": run.conditions, "error": run.error, "ran_at": datetime.now(UTC).replace(tzinfo=None),
         }  # fmt: skip
         runs = fit(pa.Table.from_pylist([row]), self._tables["detector_runs"], "detector_runs")
-        self._client.insert("detector_runs", runs)
+        self._client.insert("detector_runs", runs, replacing=True)
 
 
 class ClickHouseScrapeHealth:
