@@ -1,10 +1,11 @@
 """Following an `otel_traces` table a Collector fills: its new rows become Tailwatch spans.
 
 For teams whose OpenTelemetry Collector already writes spans to ClickHouse with the clickhouseexporter:
-Tailwatch's receivers stay off and this job reads the rows that started since its cursor (held back by a
-lag, so the Collector's batches have landed), turns them into the walk's shape and hands them to the one
-normalization the OTLP decoders use, then to the sink. The cursor moves only once the sink stored a
-chunk; a chunk read again is stored again harmlessly (spans are keyed by trace and span).
+Tailwatch's receivers stay off and this job reads the rows that ended since its cursor (held back by a
+lag, so the Collector's batches have landed; by end, because a span is written when it ends), turns them
+into the walk's shape and hands them to the one normalization the OTLP decoders use, then to the sink. The
+cursor moves only once the sink stored a chunk; a chunk read again is stored again harmlessly (spans are
+keyed by trace and span).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Follower:
         self._start = start  # where a first run begins when the table holds older rows
 
     def run_once(self, now: datetime) -> int:
-        """Store the rows that started up to `now - lag`; returns how many spans were handed on."""
+        """Store the rows that ended up to `now - lag`; returns how many spans were handed on."""
         keys = (self._plan.walk_span_keys, self._plan.walk_resource_keys)
         cursor = self._rows.cursor()
         if cursor is None:

@@ -187,6 +187,38 @@ def test_a_followed_otel_traces_gives_the_same_requests_as_spans_received_over_o
             follower_store.close()
 
 
+def test_follow_mode_stores_a_long_request_written_after_shorter_ones_that_started_later() -> None:
+    """A Collector writes a span when it ends: a 180-s request that started at T lands after the cursor has
+    passed T + 90 s with the short ones. Followed by end time, it is stored once it has ended."""
+    store = ClickHouseStorage.open(chdb_dsn("long_request"), receivers_write_otel_table=False)
+    t = datetime(2026, 11, 20, 12, 0)
+    insert = (
+        "INSERT INTO otel_traces (Timestamp, TraceId, SpanId, SpanName, SpanKind, ServiceName, SpanAttributes, "
+        "Duration, StatusCode) VALUES ({t:DateTime64(9)}, {trace:String}, {span:String}, 'chat m', "
+        "'SPAN_KIND_SERVER', 'vllm', map('gen_ai.operation.name', 'chat', 'gen_ai.request.model', 'm'), "
+        "{ns:UInt64}, 'STATUS_CODE_OK')"
+    )
+    try:
+        follower = Follower(
+            ClickHouseOtelTraces(store.client, "otel_traces"),
+            store.sink,
+            build_plan(NormalizeConfig()),
+            lag=timedelta(0),
+            start=lambda: datetime(2000, 1, 1),
+        )
+        short = {"t": t + timedelta(seconds=10), "trace": "a" * 32, "span": "1" * 16, "ns": 2 * 10**9}
+        store.client.command(insert, short)
+        assert follower.run_once(t + timedelta(seconds=90)) == 1
+        long = {"t": t, "trace": "b" * 32, "span": "2" * 16, "ns": 180 * 10**9}
+        store.client.command(insert, long)  # written when it ended, at T + 180 s
+        assert follower.run_once(t + timedelta(seconds=200)) == 1
+        assert follower.run_once(t + timedelta(seconds=300)) == 0
+        rows = store.client.arrow("SELECT span_id, duration_ms FROM spans FINAL ORDER BY span_id").to_pylist()
+        assert rows == [{"span_id": "1" * 16, "duration_ms": 2000.0}, {"span_id": "2" * 16, "duration_ms": 180000.0}]
+    finally:
+        store.close()
+
+
 def test_a_scheduling_process_follows_the_collectors_table_under_the_lease_and_releases_it_at_shutdown(
     tmp_path: Path,
 ) -> None:

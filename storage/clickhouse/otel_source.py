@@ -16,6 +16,9 @@ from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import create_replaced, versioned
 
 _CURSOR = "tailwatch_follow_cursor"
+# Rows are read by end time; their start bounds what is scanned (the table is sorted and partitioned by it). A
+# span that lasted longer than this is not followed: no LLM request does.
+LONGEST_SPAN_HOURS = 24
 
 
 class ClickHouseOtelTraces:
@@ -45,8 +48,9 @@ class ClickHouseOtelTraces:
     def walk_rows(
         self, since: datetime, until: datetime, span_keys: tuple[str, ...], resource_keys: tuple[str, ...]
     ) -> pa.Table:
-        """Spans that started in [since, until): the walk's columns, then `s<i>` for span_keys[i] and `r<i>` for
-        resource_keys[i] (NULL where the span lacks the key)."""
+        """Spans that ended in [since, until): the walk's columns, then `s<i>` for span_keys[i] and `r<i>` for
+        resource_keys[i] (NULL where the span lacks the key). By end, not start: a Collector writes a span when
+        it ends, so a 3-minute request lands long after later, shorter ones that started after it."""
         params: dict[str, object] = {"since": since, "until": until}
         gathered = []
         for prefix, column, keys in (("s", "SpanAttributes", span_keys), ("r", "ResourceAttributes", resource_keys)):
@@ -78,7 +82,10 @@ class ClickHouseOtelTraces:
                    if(empty(`Links.SpanId`), NULL, toJSONString({links})) AS links
                    {"".join(", " + g for g in gathered)}
             FROM `{self._table}`
-            WHERE Timestamp >= {{since:DateTime64(9)}} AND Timestamp < {{until:DateTime64(9)}}
+            WHERE Timestamp >= {{since:DateTime64(9)}} - INTERVAL {LONGEST_SPAN_HOURS} HOUR
+              AND Timestamp < {{until:DateTime64(9)}}
+              AND Timestamp + toIntervalNanosecond(Duration) >= {{since:DateTime64(9)}}
+              AND Timestamp + toIntervalNanosecond(Duration) < {{until:DateTime64(9)}}
               AND TraceId <> '' AND SpanId <> ''
         """
         return self._client.arrow(sql, params, {"output_format_json_named_tuples_as_objects": 1})
