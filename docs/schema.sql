@@ -899,6 +899,138 @@ CREATE MACRO llm_request_scores_between(t0, t1) AS TABLE WITH r AS (SELECT trace
 CREATE VIEW llm_request_scores AS SELECT * FROM llm_request_scores_between(CAST('-infinity' AS TIMESTAMP),
     CAST('infinity' AS TIMESTAMP));
 
+-- llm_requests_settled_between(t0, t1) returns:
+--   trace_id VARCHAR
+--   span_id VARCHAR
+--   server_span_id VARCHAR
+--   client_span_id VARCHAR
+--   status_code VARCHAR
+--   name VARCHAR
+--   kind VARCHAR
+--   start_time TIMESTAMP
+--   end_time TIMESTAMP
+--   duration_ms DOUBLE
+--   service_name VARCHAR
+--   replica_id VARCHAR
+--   deployment VARCHAR
+--   model VARCHAR
+--   input_tokens BIGINT
+--   output_tokens BIGINT
+--   cached_input_tokens BIGINT
+--   ttft_ms DOUBLE
+--   tpot_ms DOUBLE
+--   queue_ms DOUBLE
+--   prefill_ms DOUBLE
+--   decode_ms DOUBLE
+--   e2e_ms DOUBLE
+--   cache_hit_ratio DOUBLE
+--   queue_depth BIGINT
+--   replica_count BIGINT
+--   batch_size BIGINT
+--   prefill_tokens_in_batch BIGINT
+--   quantization VARCHAR
+--   finish_reason VARCHAR
+--   tenant_id VARCHAR
+--   provider VARCHAR
+--   operation VARCHAR
+--   queue_depth_source VARCHAR
+--   replica_count_source VARCHAR
+--   cache_hit_ratio_source VARCHAR
+--   kv_cache_usage DOUBLE
+--   running_requests BIGINT
+--   preemptions BIGINT
+--   step_tokens DOUBLE
+--   engine_facts_reason VARCHAR
+CREATE MACRO llm_requests_settled_between(t0, t1) AS TABLE SELECT r.trace_id, r.span_id, r.server_span_id,
+    r.client_span_id, r.status_code, r."name", r.kind, r.start_time, r.end_time, r.duration_ms, r.service_name,
+    r.replica_id, r.deployment, r.model, r.input_tokens, r.output_tokens, r.cached_input_tokens, r.ttft_ms,
+    r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms, COALESCE(r.cache_hit_ratio,
+    r.engine_cache_hit_ratio) AS cache_hit_ratio, COALESCE(r.queue_depth, r.engine_queue_depth) AS queue_depth,
+    COALESCE(r.replica_count, r.engine_replica_count) AS replica_count, r.batch_size, r.prefill_tokens_in_batch,
+    r.quantization, r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN ((r.queue_depth IS NOT NULL))
+    THEN ('span') WHEN ((r.engine_queue_depth IS NOT NULL)) THEN ('engine') ELSE NULL END AS queue_depth_source,
+    CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span') WHEN ((r.engine_replica_count IS NOT NULL)) THEN
+    ('engine') ELSE NULL END AS replica_count_source, CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN
+    ((r.engine_cache_hit_ratio IS NOT NULL)) THEN ('engine') ELSE NULL END AS cache_hit_ratio_source,
+    r.engine_kv_cache_usage AS kv_cache_usage, r.engine_running_requests AS running_requests, r.engine_preemptions
+    AS preemptions, r.engine_step_tokens AS step_tokens, r.engine_facts_reason AS engine_facts_reason FROM
+    llm_span_requests_between(t0, t1) AS r;
+
+-- llm_span_requests_joined_between(t0, t1, replica_facts, fleet_facts) returns:
+--   trace_id VARCHAR
+--   span_id VARCHAR
+--   server_span_id VARCHAR
+--   client_span_id VARCHAR
+--   status_code VARCHAR
+--   name VARCHAR
+--   kind VARCHAR
+--   start_time TIMESTAMP
+--   end_time TIMESTAMP
+--   duration_ms DOUBLE
+--   service_name VARCHAR
+--   replica_id VARCHAR
+--   deployment VARCHAR
+--   model VARCHAR
+--   input_tokens BIGINT
+--   output_tokens BIGINT
+--   cached_input_tokens BIGINT
+--   ttft_ms DOUBLE
+--   tpot_ms DOUBLE
+--   queue_ms DOUBLE
+--   prefill_ms DOUBLE
+--   decode_ms DOUBLE
+--   e2e_ms DOUBLE
+--   cache_hit_ratio DOUBLE
+--   queue_depth BIGINT
+--   replica_count BIGINT
+--   batch_size BIGINT
+--   prefill_tokens_in_batch BIGINT
+--   quantization VARCHAR
+--   finish_reason VARCHAR
+--   engine_queue_depth BIGINT
+--   engine_replica_count BIGINT
+--   engine_cache_hit_ratio DOUBLE
+--   engine_kv_cache_usage DOUBLE
+--   engine_running_requests BIGINT
+--   engine_preemptions BIGINT
+--   engine_step_tokens DOUBLE
+--   engine_facts_reason VARCHAR
+--   engine_settled BOOLEAN
+--   tenant_id VARCHAR
+--   provider VARCHAR
+--   operation VARCHAR
+--   filled_cache_hit_ratio DOUBLE
+--   filled_queue_depth BIGINT
+--   filled_replica_count BIGINT
+--   queue_depth_source VARCHAR
+--   replica_count_source VARCHAR
+--   cache_hit_ratio_source VARCHAR
+--   kv_cache_usage DOUBLE
+--   running_requests BIGINT
+--   preemptions BIGINT
+--   step_tokens DOUBLE
+--   filled_engine_facts_reason VARCHAR
+CREATE MACRO llm_span_requests_joined_between(t0, t1, replica_facts, fleet_facts) AS TABLE WITH r AS (SELECT * FROM
+    llm_span_requests_between(t0, t1)), f AS MATERIALIZED (SELECT * FROM engine_facts_between((CAST(t0 AS TIMESTAMP)
+    - to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS
+    DOUBLE)) AS BIGINT))), replica_facts, fleet_facts)) SELECT r.*, COALESCE(r.cache_hit_ratio,
+    r.engine_cache_hit_ratio, f.cache_hit_ratio) AS filled_cache_hit_ratio, COALESCE(r.queue_depth,
+    r.engine_queue_depth, f.queue_depth) AS filled_queue_depth, COALESCE(r.replica_count, r.engine_replica_count,
+    f.replica_count) AS filled_replica_count, CASE WHEN ((r.queue_depth IS NOT NULL)) THEN ('span') WHEN
+    ((COALESCE(r.engine_queue_depth, f.queue_depth) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    queue_depth_source, CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span') WHEN
+    ((COALESCE(r.engine_replica_count, f.replica_count) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    replica_count_source, CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN
+    ((COALESCE(r.engine_cache_hit_ratio, f.cache_hit_ratio) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
+    cache_hit_ratio_source, COALESCE(r.engine_kv_cache_usage, f.kv_cache_usage) AS kv_cache_usage,
+    COALESCE(r.engine_running_requests, f.running_requests) AS running_requests, COALESCE(r.engine_preemptions,
+    f.preemptions) AS preemptions, COALESCE(r.engine_step_tokens, f.step_tokens) AS step_tokens, CASE WHEN
+    ((r.engine_settled IS NOT NULL)) THEN (r.engine_facts_reason) ELSE f.facts_reason END AS
+    filled_engine_facts_reason FROM (r LEFT JOIN f ON (((r.engine_settled IS NULL) AND (f.replica_id IS NOT DISTINCT
+    FROM r.replica_id) AND (f.deployment IS NOT DISTINCT FROM r.deployment) AND (f."second" = date_trunc('second',
+    r.start_time)) AND (f.wait_second = request_wait_ended(r.start_time, r.end_time, r.queue_ms, r.ttft_ms,
+    r.prefill_ms)) AND (f.end_second = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE)))))));
+
 -- llm_requests_between(t0, t1) returns:
 --   trace_id VARCHAR
 --   span_id VARCHAR
@@ -941,29 +1073,15 @@ CREATE VIEW llm_request_scores AS SELECT * FROM llm_request_scores_between(CAST(
 --   preemptions BIGINT
 --   step_tokens DOUBLE
 --   engine_facts_reason VARCHAR
-CREATE MACRO llm_requests_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0, t1)), f AS
-    MATERIALIZED (SELECT * FROM engine_facts_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1 AS DOUBLE))
-    AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))), true, true)) SELECT
-    r.trace_id, r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name", r.kind, r.start_time,
-    r.end_time, r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model, r.input_tokens, r.output_tokens,
-    r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms,
-    COALESCE(r.cache_hit_ratio, r.engine_cache_hit_ratio, f.cache_hit_ratio) AS cache_hit_ratio,
-    COALESCE(r.queue_depth, r.engine_queue_depth, f.queue_depth) AS queue_depth, COALESCE(r.replica_count,
-    r.engine_replica_count, f.replica_count) AS replica_count, r.batch_size, r.prefill_tokens_in_batch,
-    r.quantization, r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN ((r.queue_depth IS NOT NULL))
-    THEN ('span') WHEN ((COALESCE(r.engine_queue_depth, f.queue_depth) IS NOT NULL)) THEN ('engine') ELSE NULL END
-    AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span') WHEN
-    ((COALESCE(r.engine_replica_count, f.replica_count) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
-    replica_count_source, CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN
-    ((COALESCE(r.engine_cache_hit_ratio, f.cache_hit_ratio) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
-    cache_hit_ratio_source, COALESCE(r.engine_kv_cache_usage, f.kv_cache_usage) AS kv_cache_usage,
-    COALESCE(r.engine_running_requests, f.running_requests) AS running_requests, COALESCE(r.engine_preemptions,
-    f.preemptions) AS preemptions, COALESCE(r.engine_step_tokens, f.step_tokens) AS step_tokens, CASE WHEN
-    ((r.engine_settled IS NOT NULL)) THEN (r.engine_facts_reason) ELSE f.facts_reason END AS engine_facts_reason
-    FROM (r LEFT JOIN f ON (((r.engine_settled IS NULL) AND (f.replica_id IS NOT DISTINCT FROM r.replica_id) AND
-    (f.deployment IS NOT DISTINCT FROM r.deployment) AND (f."second" = date_trunc('second', r.start_time)) AND
-    (f.wait_second = request_wait_ended(r.start_time, r.end_time, r.queue_ms, r.ttft_ms, r.prefill_ms)) AND
-    (f.end_second = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE)))))));
+CREATE MACRO llm_requests_between(t0, t1) AS TABLE SELECT r.trace_id, r.span_id, r.server_span_id, r.client_span_id,
+    r.status_code, r."name", r.kind, r.start_time, r.end_time, r.duration_ms, r.service_name, r.replica_id,
+    r.deployment, r.model, r.input_tokens, r.output_tokens, r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms,
+    r.prefill_ms, r.decode_ms, r.e2e_ms, r.filled_cache_hit_ratio AS cache_hit_ratio, r.filled_queue_depth AS
+    queue_depth, r.filled_replica_count AS replica_count, r.batch_size, r.prefill_tokens_in_batch, r.quantization,
+    r.finish_reason, r.tenant_id, r.provider, r.operation, r.queue_depth_source, r.replica_count_source,
+    r.cache_hit_ratio_source, r.kv_cache_usage, r.running_requests, r.preemptions, r.step_tokens,
+    r.filled_engine_facts_reason AS engine_facts_reason FROM llm_span_requests_joined_between(t0, t1, true, true) AS
+    r;
 
 -- cache_curve_hourly_between(t0, t1) returns:
 --   window_start TIMESTAMP
@@ -1080,22 +1198,13 @@ CREATE VIEW llm_requests AS SELECT * FROM llm_requests_between(CAST('-infinity' 
 --   operation VARCHAR
 --   queue_depth_source VARCHAR
 --   replica_count_source VARCHAR
-CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0,
-    t1)), f AS MATERIALIZED (SELECT * FROM engine_facts_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))), false,
-    true)) SELECT r.trace_id, r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name", r.kind,
-    r.start_time, r.end_time, r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model, r.input_tokens,
-    r.output_tokens, r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms,
-    r.cache_hit_ratio, COALESCE(r.queue_depth, r.engine_queue_depth, f.queue_depth) AS queue_depth,
-    COALESCE(r.replica_count, r.engine_replica_count, f.replica_count) AS replica_count, r.batch_size,
-    r.prefill_tokens_in_batch, r.quantization, r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN
-    ((r.queue_depth IS NOT NULL)) THEN ('span') WHEN ((COALESCE(r.engine_queue_depth, f.queue_depth) IS NOT NULL))
-    THEN ('engine') ELSE NULL END AS queue_depth_source, CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span')
-    WHEN ((COALESCE(r.engine_replica_count, f.replica_count) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
-    replica_count_source FROM (r LEFT JOIN f ON (((r.engine_settled IS NULL) AND (f.replica_id IS NOT DISTINCT FROM
-    r.replica_id) AND (f.deployment IS NOT DISTINCT FROM r.deployment) AND (f."second" = date_trunc('second',
-    r.start_time)) AND (f.wait_second = request_wait_ended(r.start_time, r.end_time, r.queue_ms, r.ttft_ms,
-    r.prefill_ms)) AND (f.end_second = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE)))))));
+CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE SELECT r.trace_id, r.span_id, r.server_span_id,
+    r.client_span_id, r.status_code, r."name", r.kind, r.start_time, r.end_time, r.duration_ms, r.service_name,
+    r.replica_id, r.deployment, r.model, r.input_tokens, r.output_tokens, r.cached_input_tokens, r.ttft_ms,
+    r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms, r.cache_hit_ratio, r.filled_queue_depth AS
+    queue_depth, r.filled_replica_count AS replica_count, r.batch_size, r.prefill_tokens_in_batch, r.quantization,
+    r.finish_reason, r.tenant_id, r.provider, r.operation, r.queue_depth_source, r.replica_count_source FROM
+    llm_span_requests_joined_between(t0, t1, false, true) AS r;
 
 -- llm_requests_replica_between(t0, t1) returns:
 --   trace_id VARCHAR
@@ -1137,81 +1246,14 @@ CREATE MACRO llm_requests_fleet_between(t0, t1) AS TABLE WITH r AS (SELECT * FRO
 --   preemptions BIGINT
 --   step_tokens DOUBLE
 --   engine_facts_reason VARCHAR
-CREATE MACRO llm_requests_replica_between(t0, t1) AS TABLE WITH r AS (SELECT * FROM llm_span_requests_between(t0,
-    t1)), f AS MATERIALIZED (SELECT * FROM engine_facts_between((CAST(t0 AS TIMESTAMP) - to_hours(CAST(trunc(CAST(1
-    AS DOUBLE)) AS BIGINT))), (CAST(t1 AS TIMESTAMP) + to_hours(CAST(trunc(CAST(1 AS DOUBLE)) AS BIGINT))), true,
-    false)) SELECT r.trace_id, r.span_id, r.server_span_id, r.client_span_id, r.status_code, r."name", r.kind,
-    r.start_time, r.end_time, r.duration_ms, r.service_name, r.replica_id, r.deployment, r.model, r.input_tokens,
-    r.output_tokens, r.cached_input_tokens, r.ttft_ms, r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms,
-    COALESCE(r.cache_hit_ratio, r.engine_cache_hit_ratio, f.cache_hit_ratio) AS cache_hit_ratio, r.queue_depth,
-    r.replica_count, r.batch_size, r.prefill_tokens_in_batch, r.quantization, r.finish_reason, r.tenant_id,
-    r.provider, r.operation, CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN
-    ((COALESCE(r.engine_cache_hit_ratio, f.cache_hit_ratio) IS NOT NULL)) THEN ('engine') ELSE NULL END AS
-    cache_hit_ratio_source, COALESCE(r.engine_kv_cache_usage, f.kv_cache_usage) AS kv_cache_usage,
-    COALESCE(r.engine_running_requests, f.running_requests) AS running_requests, COALESCE(r.engine_preemptions,
-    f.preemptions) AS preemptions, COALESCE(r.engine_step_tokens, f.step_tokens) AS step_tokens, CASE WHEN
-    ((r.engine_settled IS NOT NULL)) THEN (r.engine_facts_reason) ELSE f.facts_reason END AS engine_facts_reason
-    FROM (r LEFT JOIN f ON (((r.engine_settled IS NULL) AND (f.replica_id IS NOT DISTINCT FROM r.replica_id) AND
-    (f.deployment IS NOT DISTINCT FROM r.deployment) AND (f."second" = date_trunc('second', r.start_time)) AND
-    (f.wait_second = request_wait_ended(r.start_time, r.end_time, r.queue_ms, r.ttft_ms, r.prefill_ms)) AND
-    (f.end_second = (date_trunc('second', r.end_time) + to_seconds(CAST(1 AS DOUBLE)))))));
-
--- llm_requests_settled_between(t0, t1) returns:
---   trace_id VARCHAR
---   span_id VARCHAR
---   server_span_id VARCHAR
---   client_span_id VARCHAR
---   status_code VARCHAR
---   name VARCHAR
---   kind VARCHAR
---   start_time TIMESTAMP
---   end_time TIMESTAMP
---   duration_ms DOUBLE
---   service_name VARCHAR
---   replica_id VARCHAR
---   deployment VARCHAR
---   model VARCHAR
---   input_tokens BIGINT
---   output_tokens BIGINT
---   cached_input_tokens BIGINT
---   ttft_ms DOUBLE
---   tpot_ms DOUBLE
---   queue_ms DOUBLE
---   prefill_ms DOUBLE
---   decode_ms DOUBLE
---   e2e_ms DOUBLE
---   cache_hit_ratio DOUBLE
---   queue_depth BIGINT
---   replica_count BIGINT
---   batch_size BIGINT
---   prefill_tokens_in_batch BIGINT
---   quantization VARCHAR
---   finish_reason VARCHAR
---   tenant_id VARCHAR
---   provider VARCHAR
---   operation VARCHAR
---   queue_depth_source VARCHAR
---   replica_count_source VARCHAR
---   cache_hit_ratio_source VARCHAR
---   kv_cache_usage DOUBLE
---   running_requests BIGINT
---   preemptions BIGINT
---   step_tokens DOUBLE
---   engine_facts_reason VARCHAR
-CREATE MACRO llm_requests_settled_between(t0, t1) AS TABLE SELECT r.trace_id, r.span_id, r.server_span_id,
+CREATE MACRO llm_requests_replica_between(t0, t1) AS TABLE SELECT r.trace_id, r.span_id, r.server_span_id,
     r.client_span_id, r.status_code, r."name", r.kind, r.start_time, r.end_time, r.duration_ms, r.service_name,
     r.replica_id, r.deployment, r.model, r.input_tokens, r.output_tokens, r.cached_input_tokens, r.ttft_ms,
-    r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms, COALESCE(r.cache_hit_ratio,
-    r.engine_cache_hit_ratio) AS cache_hit_ratio, COALESCE(r.queue_depth, r.engine_queue_depth) AS queue_depth,
-    COALESCE(r.replica_count, r.engine_replica_count) AS replica_count, r.batch_size, r.prefill_tokens_in_batch,
-    r.quantization, r.finish_reason, r.tenant_id, r.provider, r.operation, CASE WHEN ((r.queue_depth IS NOT NULL))
-    THEN ('span') WHEN ((r.engine_queue_depth IS NOT NULL)) THEN ('engine') ELSE NULL END AS queue_depth_source,
-    CASE WHEN ((r.replica_count IS NOT NULL)) THEN ('span') WHEN ((r.engine_replica_count IS NOT NULL)) THEN
-    ('engine') ELSE NULL END AS replica_count_source, CASE WHEN ((r.cache_hit_ratio IS NOT NULL)) THEN ('span') WHEN
-    ((r.engine_cache_hit_ratio IS NOT NULL)) THEN ('engine') ELSE NULL END AS cache_hit_ratio_source,
-    r.engine_kv_cache_usage AS kv_cache_usage, r.engine_running_requests AS running_requests, r.engine_preemptions
-    AS preemptions, r.engine_step_tokens AS step_tokens, r.engine_facts_reason AS engine_facts_reason FROM
-    llm_span_requests_between(t0, t1) AS r;
+    r.tpot_ms, r.queue_ms, r.prefill_ms, r.decode_ms, r.e2e_ms, r.filled_cache_hit_ratio AS cache_hit_ratio,
+    r.queue_depth, r.replica_count, r.batch_size, r.prefill_tokens_in_batch, r.quantization, r.finish_reason,
+    r.tenant_id, r.provider, r.operation, r.cache_hit_ratio_source, r.kv_cache_usage, r.running_requests,
+    r.preemptions, r.step_tokens, r.filled_engine_facts_reason AS engine_facts_reason FROM
+    llm_span_requests_joined_between(t0, t1, true, false) AS r;
 
 -- replica_comparison_hourly_between(t0, t1) returns:
 --   window_start TIMESTAMP

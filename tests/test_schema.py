@@ -228,7 +228,7 @@ def test_the_request_model_exists_at_head_only_and_comes_back_with_it(tmp_path: 
     home = f"request model {model.digest}: storage/request_model/duckdb"
     assert at_head == {d.name: f"{home}/{d.file}" for d in model.definitions}
     assert at_head["llm_requests"] == f"{home}/40_requests.sql"
-    assert len(at_head) == 29
+    assert len(at_head) == 30
     # Below head the tables are not those the model reads: a file there holds none of it.
     downgrade(con, "0020")
     assert model_objects(con) == {}
