@@ -513,6 +513,9 @@ def test_the_scheduler_lease_has_one_holder_and_passes_on_when_it_lapses_or_is_r
         now[0] += timedelta(seconds=2)  # a minute without a renewal: the holder is gone
         assert second.hold()
         assert not first.hold()
+        first.release()  # not its lease to give up: the holder keeps it
+        assert first.current() == ("b", now[0] + timedelta(seconds=60))
+        assert not first.hold()
         second.release()
         assert first.hold()
     finally:
