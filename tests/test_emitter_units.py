@@ -490,3 +490,10 @@ def test_cache_hit_ratio_is_cached_over_input_tokens(
     name: str, attributes: dict[str, Any], ratio: float | None
 ) -> None:
     assert_value(decoded_row(make_span(name, attributes))["cache_hit_ratio"], ratio)
+
+
+@pytest.mark.parametrize("value", [1e306, "1e306"])
+def test_a_latency_too_large_for_milliseconds_is_left_out_not_stored_as_infinity(value: Any) -> None:
+    # 1e306 s is a finite double; in milliseconds it is not.
+    row = decoded_row(make_span(VLLM, {"gen_ai.latency.time_to_first_token": value}, kind=SERVER))
+    assert row["ttft_ms"] is None
