@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -280,6 +281,26 @@ def test_a_vllm_page_lands_in_engine_metrics_under_canonical_names(
     }
     assert health == TargetHealth(engine.url, "pod-a", "llama", True, AT, None, 4, health.seconds)
     assert target_rows(storage) == {engine.url: ("pod-a", "llama", True, AT, AT, None, 4)}
+
+
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone five and a half hours from UTC, for the test's length."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_scrape_is_stamped_in_utc_whatever_the_host_s_time_zone(
+    far_from_utc: None, storage: DuckDBStorage, scraper: ScraperFactory, servers: Callable[[Any], Any]
+) -> None:
+    engine = servers(Endpoint(VLLM_PAGE))
+    [health] = scraper([ScrapeTarget(url=engine.url, replica="pod-a", deployment="llama")]).scrape_once()
+    assert health.scraped_at == AT
+    settled(storage)
+    assert target_rows(storage)[engine.url][3:5] == (AT, AT)
 
 
 # What a real vLLM 0.32.0 answered while a burst queued (tests/data/vllm-0.32.0/README.md).
