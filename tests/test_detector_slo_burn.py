@@ -142,6 +142,7 @@ def test_a_fast_burn_pages_within_one_evaluation_of_the_5_minute_window_filling_
         "SLO ttft-2s (ttft_ms <= 2000, objective 0.999) for tenant_id smallco: error budget burning 26.7x over 1h "
         "and 200.0x over 5m (rule: above 14.4x on both)"
     )
+    assert f"(rule: above 14.4x on both); {left:.0%} of its 30-day budget left; " in summary
 
 
 def test_a_slow_burn_raises_a_ticket_and_no_page_and_recovery_resolves_it(storage: DuckDBStorage) -> None:
