@@ -195,6 +195,24 @@ def test_a_burn_above_6x_over_6_hours_and_30_minutes_pages_though_it_never_reach
     assert "error budget burning 10.0x over 6h and 10.0x over 30m (rule: above 6x on both)" in summary
 
 
+def test_requests_naming_no_tenant_are_a_group_of_their_own_beside_the_tenants(storage: DuckDBStorage) -> None:
+    """An SLO grouped by tenant over requests some of which name none: their group (no tenant) is judged beside
+    the named ones, and ordering the groups does not compare a missing tenant with a name."""
+    fleet = Fleet(storage, Config(slos=(per_tenant(0.99),)))
+    fleet.plant("acme", T0, 10, 30, 0.0)
+    fleet.plant("", T0, 10, 30, 1.0, series="none")
+
+    def unnamed(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("UPDATE span_rows SET tenant_id = NULL WHERE tenant_id = ''")
+
+    storage.writer.submit(unnamed).result(HANG_GUARD)
+    assert fleet.evaluate(T0 + timedelta(minutes=12)) == [
+        (Severity.CRITICAL.value, {"slo": "ttft-2s", "tenant_id": None})
+    ]
+    groups = fleet.rows("SELECT DISTINCT tenant_id FROM slo_burn ORDER BY 1 NULLS FIRST")
+    assert groups == [(None,), ("acme",)]
+
+
 def test_a_three_minute_blip_fires_nothing(storage: DuckDBStorage) -> None:
     """Every request bad for three minutes after six healthy hours: 5 % of an hour (a burn of 5, under the
     page's 14.4) and 0.8 % of six hours (0.83, under the ticket's 1)."""
