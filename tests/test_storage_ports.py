@@ -150,6 +150,17 @@ def test_a_requests_read_returns_the_requests_that_ended_in_the_window_with_the_
     assert required.height == expected["tpot_ms"].is_not_null().sum() < expected.height
 
 
+def test_a_read_of_where_an_engine_column_came_from_says_span_for_the_span_s_own_values(storage: Storage) -> None:
+    columns = ("queue_depth_source", "replica_count_source", "cache_hit_ratio_source")
+    read = frame(Requests(WINDOW, ("queue_depth", *columns), ids=True).fetch(storage.windows)).sort("trace_id")
+    expected = truth(WINDOW).select("trace_id", "queue_depth", "replica_count", "cache_hit_ratio")
+    for column in columns:
+        base = column.removesuffix("_source")
+        spans = expected[base].is_not_null()
+        assert read[column].to_list() == ["span" if own else None for own in spans], column
+    assert read["queue_depth_source"].drop_nulls().len() > 0
+
+
 def in_order(table: pa.Table) -> pl.DataFrame:
     """A read's rows in one order: a read promises none."""
     read = frame(table)
