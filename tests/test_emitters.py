@@ -1334,6 +1334,9 @@ def test_openinference_inline_evaluations_and_annotations() -> None:
             "annotations.0.annotation.score": 1,
             "annotations.0.annotation.label": "thumbs_up",
             "annotations.0.annotation.annotator_kind": "HUMAN",
+            # Nameless: no score (a score is known by its name).
+            "evaluations.2.evaluation.name": "",
+            "evaluations.2.evaluation.score": 0.5,
         },
     )
     end = T0 + 1_000_000_000
