@@ -301,6 +301,9 @@ def analyst_store() -> Any:
         ("INSERT INTO alerts SELECT * FROM alerts", "read_only"),
         ("DROP TABLE spans", "read_only"),
         ("SELECT 1; SELECT 2", "multiple_statements"),
+        ("SELECT no_such_column FROM spans", "unknown_column"),
+        ("SELECT * FROM no_such_table", "unknown_table"),
+        ("SELECT FROM WHERE", "syntax_error"),
         ("", "empty_query"),
     ],
 )
