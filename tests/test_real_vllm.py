@@ -229,17 +229,22 @@ def engine_met(stack: Stack, metric: str, arrival_second: Any, wait_second: Any)
     return float(row[0])
 
 
+def spans_arrived(stack: Stack, sent: int) -> None:
+    """Wait for vLLM's spans of every request sent so far to be stored."""
+    wait_until(
+        lambda: stack.service.rows("SELECT count(*) FROM spans WHERE name = 'llm_request'")[0][0] >= sent,
+        f"vLLM's {sent} llm_request spans to arrive",
+        timeout=ARRIVAL,
+    )
+
+
 def test_vllm_requests_through_a_gateway_are_one_row_each_with_vllm_timings_the_gateway_tenant_and_the_scraped_state(
     db_path: Path, tmp_path: Path
 ) -> None:
     with real_stack(db_path, tmp_path) as stack:
         quiet = quiet_phase(stack)
         sent = len(quiet.timed) + len(quiet.untimed)
-        wait_until(
-            lambda: stack.service.rows("SELECT count(*) FROM spans WHERE name = 'llm_request'")[0][0] >= sent,
-            f"vLLM's {sent} llm_request spans to arrive",
-            timeout=ARRIVAL,
-        )
+        spans_arrived(stack, sent)
         rows = {
             row[0]: row[1:]
             for row in stack.service.rows(
@@ -275,11 +280,7 @@ def test_vllm_requests_through_a_gateway_are_one_row_each_with_vllm_timings_the_
 
         burst = burst_phase(stack)
         sent += len(burst)
-        wait_until(
-            lambda: stack.service.rows("SELECT count(*) FROM spans WHERE name = 'llm_request'")[0][0] >= sent,
-            f"vLLM's {sent} llm_request spans to arrive",
-            timeout=ARRIVAL,
-        )
+        spans_arrived(stack, sent)
         met = {
             row[0]: row[1:]
             for row in stack.service.rows(
