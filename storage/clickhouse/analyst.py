@@ -35,8 +35,8 @@ from storage.export import DATASET_SQL, check_export
 from storage.ports import Params, QueryError, QueryResult, Window
 
 READING = ("SelectWithUnionQuery", "Explain", "DescribeQuery", "ShowTables", "ShowColumns", "ShowCreateTableQuery")
-# What ClickHouse cannot read as a subquery: its result types are taken from the answer itself.
-_NOT_SUBQUERIES = ("SHOW ", "DESCRIBE ")
+# The reading kinds ClickHouse cannot read as a subquery: their result types are taken from the answer itself.
+_NOT_SUBQUERIES = ("DescribeQuery", "ShowTables", "ShowColumns", "ShowCreateTableQuery")
 SAFE_TABLE_FUNCTIONS = frozenset(
     {"numbers", "numbers_mt", "zeros", "zeros_mt", "values", "generate_series", "generateSeries", "null", "primes",
      "generateRandom", "view"}
@@ -71,8 +71,9 @@ class ClickHouseAnalyst:
             self._table_functions = frozenset(r[0] for r in names) - SAFE_TABLE_FUNCTIONS
         return self._table_functions
 
-    def _check(self, sql: str, named: Mapping[str, Any]) -> str:
-        """The statement as ClickHouse's parser reads it (one line, comments gone), once it passes the walls."""
+    def _check(self, sql: str, named: Mapping[str, Any]) -> tuple[str, str]:
+        """The statement as ClickHouse's parser reads it (one line, comments gone), once it passes the walls, and
+        its kind as the parser names it."""
         if not sql.strip():
             raise QueryError("empty_query", "the statement is empty")
         try:
@@ -101,7 +102,7 @@ class ClickHouseAnalyst:
                     f"{m.group(1)}() reaches files, the network or other systems: the SQL endpoint refuses it "
                     "(query the tables instead)",
                 )
-        return str(single)
+        return str(single), ast[0].split(" ")[0]
 
     def _settings(self, cap: int | None) -> dict[str, Any]:
         settings: dict[str, Any] = {"readonly": 2, "max_execution_time": self.timeout_seconds}
@@ -112,11 +113,11 @@ class ClickHouseAnalyst:
     def run(self, sql: str, params: Params = None, *, max_rows: int | None = None) -> QueryResult:
         cap = self.max_rows if max_rows is None else min(max_rows, self.max_rows)
         named = _named(params)
-        sql = self._check(sql, named)
+        sql, kind = self._check(sql, named)
         started = time.perf_counter()
         try:
             table = self._client.arrow(sql, named, self._settings(cap))
-            if sql.startswith(_NOT_SUBQUERIES):
+            if kind in _NOT_SUBQUERIES:
                 types = [_type_name(field.type) for field in table.schema]
             else:
                 types = [r[1] for r in self._client.rows(f"DESCRIBE TABLE ({sql})", named)]
@@ -128,7 +129,7 @@ class ClickHouseAnalyst:
     @contextmanager
     def stream(self, sql: str, params: Params = None) -> Iterator[pa.RecordBatchReader]:
         named = _named(params)
-        sql = self._check(sql, named)
+        sql, _ = self._check(sql, named)
         try:
             with self._client.stream(sql, named, {"readonly": 2}) as reader:
                 yield reader
