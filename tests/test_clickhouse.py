@@ -8,6 +8,7 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from detectors.registry import REGISTRY
 from detectors.scheduler import scheduled_pass
 from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA, SPAN_COLUMNS
 from simulator import simulate
+from storage.clickhouse.analyst import SAFE_TABLE_FUNCTIONS
 from storage.clickhouse.backend import ClickHouseStorage
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
@@ -342,6 +344,52 @@ def test_the_analyst_endpoint_answers_every_reading_kind_with_its_types(
         assert "spans" in result.table.column(0).to_pylist() or "trace_id" in result.table.column(0).to_pylist()
 
 
+# A call of each generator the wall lets through: they make rows, they reach nothing.
+GENERATOR_CALLS = {
+    "numbers": "numbers(3)", "numbers_mt": "numbers_mt(3)", "zeros": "zeros(3)", "zeros_mt": "zeros_mt(3)",
+    "values": "values('x Int8', 1, 2, 3)", "generate_series": "generate_series(1, 3)",
+    "generateSeries": "generateSeries(1, 3)", "null": "null('x Int8')", "primes": "primes(3)",
+    "generateRandom": "generateRandom('x Int8', 1)", "view": "view(SELECT 1 AS x)",
+}  # fmt: skip
+# The refused functions whose arguments are not expressions: a call the parser reads, so the wall is what refuses.
+SPECIAL_CALLS = {"viewIfPermitted": "viewIfPermitted(SELECT 1 ELSE null('x Int8'))"}
+
+
+def test_every_table_function_of_the_engine_is_refused_but_the_generators(analyst_store: ClickHouseStorage) -> None:
+    engine = {r[0] for r in analyst_store.client.rows("SELECT name FROM system.table_functions")}
+    assert len(engine) > 40  # the engine's own list, not ours: file, url, s3, remote, mysql, executable, …
+    for name in sorted(engine - SAFE_TABLE_FUNCTIONS):
+        call = SPECIAL_CALLS.get(name, f"{name}('x')")
+        for sql in (f"SELECT * FROM {call}", f"WITH t AS (SELECT * FROM {call}) SELECT * FROM t"):
+            with pytest.raises(QueryError) as refused:
+                analyst_store.analyst.run(sql)
+            assert (refused.value.code, refused.value.message.split("()")[0]) == ("forbidden", name), sql
+    for name in sorted(engine & SAFE_TABLE_FUNCTIONS):
+        assert analyst_store.analyst.run(f"SELECT * FROM {GENERATOR_CALLS[name]} LIMIT 3").table.num_rows >= 0
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SYSTEM FLUSH LOGS", "SYSTEM DROP DNS CACHE", "SET max_execution_time = 0", "USE system",
+        "CREATE TABLE leak (x Int8) ENGINE = Memory", "CREATE VIEW leak AS SELECT 1",
+        "ALTER TABLE spans DELETE WHERE 1", "ALTER TABLE spans ADD COLUMN x Int8", "DROP TABLE spans",
+        "TRUNCATE TABLE spans", "RENAME TABLE spans TO s2", "OPTIMIZE TABLE spans FINAL", "DETACH TABLE spans",
+        "ATTACH TABLE spans", "INSERT INTO spans SELECT * FROM spans", "DELETE FROM spans WHERE 1",
+        "KILL QUERY WHERE 1", "GRANT SELECT ON *.* TO default", "BACKUP TABLE spans TO File('leak.zip')",
+        "EXCHANGE TABLES spans AND alerts",
+    ],
+)  # fmt: skip
+def test_statements_that_change_the_server_or_its_data_are_refused_before_they_run(
+    analyst_store: ClickHouseStorage, sql: str
+) -> None:
+    before = analyst_store.client.rows("SELECT count() FROM spans")
+    with pytest.raises(QueryError) as refused:
+        analyst_store.analyst.run(sql)
+    assert refused.value.code in {"read_only", "forbidden"}, (sql, refused.value)
+    assert analyst_store.client.rows("SELECT count() FROM spans") == before
+
+
 def test_words_of_an_output_clause_in_a_string_or_a_quoted_name_are_read(analyst_store: ClickHouseStorage) -> None:
     result = analyst_store.analyst.run("SELECT 'x INTO OUTFILE y' AS `into outfile`, 1 AS \"INTO OUTFILE\"")
     assert result.table.to_pylist() == [{"into outfile": "x INTO OUTFILE y", "INTO OUTFILE": 1}]
@@ -521,6 +569,48 @@ def test_the_scheduler_lease_has_one_holder_and_passes_on_when_it_lapses_or_is_r
         assert not first.hold()
         second.release()
         assert first.hold()
+    finally:
+        store.close()
+
+
+def test_of_two_schedulers_that_found_the_lease_free_only_the_first_to_write_holds_it() -> None:
+    store = open_chdb("lease_race")
+    now = [datetime(2026, 11, 24, 12, 0)]
+    try:
+        first = ClickHouseLease(store.client, seconds=60, holder="a", clock=lambda: now[0])
+        second = ClickHouseLease(store.client, seconds=60, holder="b", clock=lambda: now[0])
+        for _ in range(2):  # nobody held it yet; then it lapsed
+            seen = second.read()  # both read it free before either writes
+            assert first.hold_from(seen)
+            assert not second.hold_from(seen)  # its taking of the same generation is dropped by the server
+            assert first.current() == (first.holder, now[0] + timedelta(seconds=60))
+            assert first.hold() and not second.hold()
+            now[0] += timedelta(seconds=61)
+            first, second = second, first
+        # The holder renews only with a quarter of the lease left; nearer the end it takes a new generation, so
+        # a rival that (its clock ahead) found it lapsed cannot also land.
+        assert first.hold()
+        now[0] += timedelta(seconds=50)
+        seen = first.read()
+        assert seen is not None
+        assert second.hold_from(replace(seen, expires_at=now[0]))  # the rival's view: lapsed
+        assert not first.hold_from(seen)
+    finally:
+        store.close()
+
+
+def test_a_lease_table_of_an_earlier_tailwatch_gains_generations() -> None:
+    store = open_chdb("lease_upgrade")
+    try:
+        store.client.command("DROP TABLE IF EXISTS tailwatch_lease")
+        store.client.command(
+            "CREATE TABLE tailwatch_lease (name String, holder String, expires_at DateTime64(6, 'UTC'), "
+            "_version UInt64) ENGINE = ReplacingMergeTree(_version) ORDER BY name"
+        )
+        lease = ClickHouseLease(store.client, holder="a")
+        assert lease.hold()
+        seen = lease.read()
+        assert seen is not None and seen.generation == 1
     finally:
         store.close()
 

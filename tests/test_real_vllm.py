@@ -2,18 +2,21 @@
 an unmodified fleet sends: vLLM's own `llm_request` spans straight from its OTLP exporter to Tailwatch's gRPC
 port, the gateway's CLIENT spans (the tenant), and vLLM's /metrics through Tailwatch's own scrapes.
 
-The test runs in phases against one engine; each phase sends its requests and returns what the gateway saw,
-and the assertions read the rows of that phase's requests. Slow: vLLM takes one to two minutes to start on
-two busy cores. scripts/vllm installs it (CI does so first); without it the test skips outside CI.
+Each test runs phases against an engine of its own (the quiet and burst phases in one, the shared-prefix phase
+in the other); each phase sends its requests and returns what the gateway saw, and the assertions read the
+rows of that phase's requests. Slow: vLLM takes one to two minutes to start on two busy cores. scripts/vllm
+installs it (CI does so first); without it the test skips outside CI.
 """
 
 from __future__ import annotations
 
+import random
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +41,14 @@ MODEL = "tiny-llama"
 SCRAPE_SECONDS = 1.0
 # vLLM's BatchSpanProcessor sends every 5 s; spans and scrapes reach the database well within this.
 ARRIVAL = 120.0
+# How often the test asks vLLM or Tailwatch while it waits. Tailwatch runs in this process: polling every 20 ms
+# (parsing vLLM's page, querying the database) took the interpreter from its scraper, whose scrapes then came
+# every 6-8 s instead of every second and left the quiet phase's states stale.
+POLL = 0.25
 PROMPT = "Summarize the standard library's pathlib module in one sentence."
-# The background generation of the quiet phase: long enough to outlast its five short requests several
-# times over (the model takes 4096 positions), however fast the machine decodes.
-LONG_TOKENS = 3000
+# The background generation of the quiet phase: as long as the model's 4096 positions allow after the prompt,
+# to outlast its five short requests however fast the machine decodes (30 s at 140 tokens/s).
+LONG_TOKENS = 4000
 LONG_SECONDS = 600.0
 # The burst: five times what vLLM runs at once (MAX_NUM_SEQS), each long enough that the last ones wait
 # seconds for a place.
@@ -145,7 +152,7 @@ def timed_chat(stack: Stack, tenant: str, max_tokens: int) -> Sent:
         return page if histogram_sums(page, "vllm:e2e_request_latency_seconds")[1] > finished_before else ""
 
     # The answer can leave before vLLM's logger records the request.
-    page = wait_until(finished, f"vLLM to count the request of {tenant} as finished")
+    page = wait_until(finished, f"vLLM to count the request of {tenant} as finished", interval=POLL)
     assert histogram_sums(page, "vllm:e2e_request_latency_seconds")[1] == finished_before + 1, (
         "another request finished beside this one, so vLLM's histograms do not give its timings alone"
     )
@@ -191,8 +198,11 @@ def quiet_phase(stack: Stack) -> Phase:
         target=lambda: long_answer.append(stack.gateway.chat("batch-jobs", PROMPT, LONG_TOKENS)), daemon=True
     )
     background.start()
-    # Three scrapes of it running: the last scrape at or before each arrival's second shows it.
-    wait_until(lambda: scrapes_while(stack, "r >= 1") >= 3, "three scrapes of vLLM running the long generation")
+    # A scrape of it running: the last scrape at or before each later arrival's second shows it, since the
+    # generation outlives the short requests (asserted below).
+    wait_until(
+        lambda: scrapes_while(stack, "r >= 1") >= 1, "a scrape of vLLM running the long generation", interval=POLL
+    )
     timed = [timed_chat(stack, tenant, 16) for tenant in ("acme", "globex", "acme", "globex", "acme")]
     assert background.is_alive(), "the long generation ended before the short requests did: raise LONG_TOKENS"
     join(background, "the long generation to finish", timeout=LONG_SECONDS)
@@ -217,6 +227,63 @@ def burst_phase(stack: Stack) -> list[tuple[str, str]]:
     return sent
 
 
+# The shared-prefix phase: vLLM caches whole blocks of 128 tokens on CPU, so the shared part is several blocks
+# and the part of each prompt that differs is a few tokens: a request after the first reads ~90 % from cache.
+PREFIX_REQUESTS = 10
+
+
+def words(seed: int, n: int) -> str:
+    """n words from the standard library's vocabulary, the same for a seed (the tokenizer's own text)."""
+    vocabulary = ("path", "file", "read", "write", "open", "close", "module", "class", "function", "value")
+    pick = random.Random(seed)
+    return " ".join(pick.choice(vocabulary) for _ in range(n))
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def scraped_after(stack: Stack, at: datetime, scrapes: int) -> None:
+    """Wait for Tailwatch to have scraped the pod `scrapes` times after `at`: a request sent then starts with a
+    counter reading of its own, not the previous request's."""
+    wait_until(
+        lambda: (
+            stack.service.rows(
+                "SELECT count(DISTINCT time) FROM engine_metrics WHERE replica_id = ? AND time > ?", [POD, at]
+            )[0][0]
+            >= scrapes
+        ),
+        f"{scrapes} scrapes of vLLM after {at}",
+        interval=POLL,
+    )
+
+
+def prefix_phase(stack: Stack) -> tuple[list[str], list[str]]:
+    """PREFIX_REQUESTS prompts that share nothing (each begins with its own words), then as many that share a
+    long prefix, one at a time with two scrapes between: (trace ids of the first, of the second)."""
+    unique, shared = [], []
+    prefix = words(0, 900)
+    for i in range(PREFIX_REQUESTS):
+        scraped_after(stack, now(), 2)
+        unique.append(stack.gateway.chat("prefix", f"{words(1000 + i, 900)}", 8)[0])
+    for i in range(PREFIX_REQUESTS):
+        scraped_after(stack, now(), 2)
+        shared.append(stack.gateway.chat("prefix", f"{prefix} question {i}", 8)[0])
+    return unique, shared
+
+
+def engine_growth(stack: Stack, metric: str, arrival_second: Any, end_second: Any) -> float | None:
+    """How much a counter of the pod grew from its last scrape at or before the second a request arrived in to
+    its first at or after the second after it ended (the request's lifetime, docs/engine-metrics.md)."""
+    (row,) = stack.service.rows(
+        "SELECT (SELECT value FROM engine_metrics WHERE replica_id = ? AND metric = ? AND time >= ? "
+        "ORDER BY time LIMIT 1) - (SELECT value FROM engine_metrics WHERE replica_id = ? AND metric = ? "
+        "AND time <= ? ORDER BY time DESC LIMIT 1)",
+        [POD, metric, end_second, POD, metric, arrival_second],
+    )
+    return None if row[0] is None else float(row[0])
+
+
 def engine_met(stack: Stack, metric: str, arrival_second: Any, wait_second: Any) -> float:
     """The most of the pod's `metric` Tailwatch scraped from its last scrape at or before the second a request
     arrived in through the second its wait in vLLM's queue ended in (docs/engine-metrics.md)."""
@@ -235,6 +302,7 @@ def spans_arrived(stack: Stack, sent: int) -> None:
         lambda: stack.service.rows("SELECT count(*) FROM spans WHERE name = 'llm_request'")[0][0] >= sent,
         f"vLLM's {sent} llm_request spans to arrive",
         timeout=ARRIVAL,
+        interval=POLL,
     )
 
 
@@ -300,3 +368,51 @@ def test_vllm_requests_through_a_gateway_are_one_row_each_with_vllm_timings_the_
             assert running == engine_met(stack, "requests_running", arrival, wait_end) == MAX_NUM_SEQS
         head = [m for m in queued.values() if engine_met(stack, "requests_waiting", m[3], m[3]) == 0]
         assert head, "every queued request of the burst arrived after a scrape had seen the queue"
+        burst_ended = now()
+
+        # saturation's rows for the window that holds the burst: its queued requests are past idle.
+        at = burst_ended + timedelta(seconds=31)
+        stack.service.service.detection.run(at, ["saturation"])
+        buckets = dict(
+            stack.service.rows("SELECT bucket, n FROM saturation WHERE window_end = ?", [at - timedelta(seconds=30)])
+        )
+        assert sum(n for bucket, n in buckets.items() if bucket != "idle") >= len(queued), buckets
+
+
+def test_vllm_requests_sharing_a_prompt_prefix_get_vllms_cache_hits_and_a_cache_curve(
+    db_path: Path, tmp_path: Path
+) -> None:
+    with real_stack(db_path, tmp_path) as stack:
+        unique, shared = prefix_phase(stack)
+        spans_arrived(stack, len(unique) + len(shared))
+        ratios = {
+            row[0]: row[1:]
+            for row in stack.service.rows(
+                "SELECT trace_id, cache_hit_ratio, cache_hit_ratio_source, date_trunc('second', start_time), "
+                "date_trunc('second', end_time) + INTERVAL 1 SECOND FROM llm_requests WHERE tenant_id = 'prefix'"
+            )
+        }
+        # Each request's hit ratio is the hits over the lookups of vLLM's prefix cache during its lifetime, as
+        # Tailwatch scraped them; the shared prefix is served from cache after its first request, the others
+        # are not.
+        for ratio, source, arrival, end in ratios.values():
+            hits = engine_growth(stack, "prefix_cache_hits", arrival, end)
+            queries = engine_growth(stack, "prefix_cache_queries", arrival, end)
+            if ratio is not None:
+                assert source == "engine"
+                assert queries and ratio == pytest.approx(min(1.0, (hits or 0) / queries), rel=1e-9)
+        high = [ratios[t][0] for t in shared[1:]]
+        low = [ratios[t][0] for t in unique]
+        assert sum(r is not None and r > 0.85 for r in high) >= len(high) - 2, high
+        assert sum(r is not None and r < 0.55 for r in low) >= len(low) - 2, low
+
+        # cache_curve's rows for the window that holds the phase: a high and a low bucket.
+        at = now() + timedelta(seconds=31)
+        stack.service.service.detection.run(at, ["cache_curve"])
+        curve = dict(
+            stack.service.rows(
+                "SELECT bucket, max(n) FROM cache_curve WHERE window_end = ? GROUP BY bucket",
+                [at - timedelta(seconds=30)],
+            )
+        )
+        assert curve.get("high", 0) >= len(high) - 2 and curve.get("low", 0) >= len(low) - 2, curve

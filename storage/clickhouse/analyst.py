@@ -78,11 +78,18 @@ class ClickHouseAnalyst:
             raise QueryError("empty_query", "the statement is empty")
         try:
             [(single,)] = self._client.rows("SELECT formatQuerySingleLine({q:String})", {"q": sql})
-            ast = [r[0].strip() for r in self._client.rows(f"EXPLAIN AST {single}", named)]
         except ClickHouseError as exc:
             if "Multi-statements are not allowed" in str(exc):
                 raise QueryError("multiple_statements", "send one statement at a time") from None
             raise _query_error(exc) from None
+        try:
+            ast = [r[0].strip() for r in self._client.rows(f"EXPLAIN AST {single}", named)]
+        except ClickHouseError as exc:
+            # A statement the parser reads but EXPLAIN cannot take (SYSTEM, KILL, BACKUP, …) reads nothing.
+            if "SYNTAX_ERROR" in str(exc):
+                ast = [str(single).split(" ", 1)[0]]
+            else:
+                raise _query_error(exc) from None
         if not ast or not ast[0].startswith(READING):
             kind = ast[0].split(" ")[0] if ast else "nothing"
             raise QueryError(

@@ -136,7 +136,7 @@ def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, t
         body.append("    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1")
     engine = table_engine(name, replacing=spec.replacing, cluster=cluster)
     parts = [
-        f"CREATE TABLE IF NOT EXISTS {_quote(name)}{_on(cluster)} (\n" + ",\n".join(body) + "\n)",
+        f"CREATE TABLE IF NOT EXISTS {_quote(name)}{on_cluster(cluster)} (\n" + ",\n".join(body) + "\n)",
         f"ENGINE = {engine}",
     ]
     if spec.partition_by:
@@ -166,7 +166,7 @@ def upgrade_table(client: ClickHouse, name: str, columns: Iterable[Column], *, c
     }
     for column in columns:
         if column.name not in have:
-            client.command(f"ALTER TABLE {_quote(name)}{_on(cluster)} ADD COLUMN IF NOT EXISTS "
+            client.command(f"ALTER TABLE {_quote(name)}{on_cluster(cluster)} ADD COLUMN IF NOT EXISTS "
                            f"{_quote(column.name)} {column.type}")  # fmt: skip
     if cluster or layout(name).retried:
         return
@@ -193,7 +193,7 @@ def keep_ttl(client: ClickHouse, table: str, column: str, days: float | None, cl
     )
     if f"toIntervalSecond({int(days * 86400)})" not in str(engine):
         client.command(
-            f"ALTER TABLE {_quote(table)}{_on(cluster)} MODIFY {ttl_clause(column, days)}",
+            f"ALTER TABLE {_quote(table)}{on_cluster(cluster)} MODIFY {ttl_clause(column, days)}",
             settings={"materialize_ttl_after_modify": 0},
         )
 
@@ -210,12 +210,12 @@ def create_replaced(name: str, columns: str, order_by: str, cluster: str | None)
     """A small table of rows replaced by key (a lease, a cursor): `columns` as DDL, `_version` added."""
     engine = table_engine(name, replacing=True, cluster=cluster)
     return (
-        f"CREATE TABLE IF NOT EXISTS {_quote(name)}{_on(cluster)} ({columns}, _version UInt64) "
+        f"CREATE TABLE IF NOT EXISTS {_quote(name)}{on_cluster(cluster)} ({columns}, _version UInt64) "
         f"ENGINE = {engine} ORDER BY {order_by}"
     )
 
 
-def _on(cluster: str | None) -> str:
+def on_cluster(cluster: str | None) -> str:
     return f" ON CLUSTER {_quote(cluster)}" if cluster else ""
 
 
@@ -254,7 +254,7 @@ def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | Non
     ttl = ttl_clause("Timestamp", ttl_days) if ttl_days else ""
     engine = table_engine(table, replacing=False, cluster=cluster)
     return f"""
-CREATE TABLE IF NOT EXISTS {_quote(table)}{_on(cluster)} (
+CREATE TABLE IF NOT EXISTS {_quote(table)}{on_cluster(cluster)} (
     Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
     TraceId String CODEC(ZSTD(1)),
     SpanId String CODEC(ZSTD(1)),
@@ -353,15 +353,16 @@ def ingest_statements(spans: list[Column], *, otel_table: str | None, cluster: s
         if c.name not in SPAN_JSON_COLUMNS
     )
     out = [
-        f"CREATE TABLE IF NOT EXISTS {INGEST_TABLE}{_on(cluster)} (\n{columns}\n) ENGINE = Null",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {INGEST_TABLE}_to_spans{_on(cluster)} TO spans "
+        f"CREATE TABLE IF NOT EXISTS {INGEST_TABLE}{on_cluster(cluster)} (\n{columns}\n) ENGINE = Null",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {INGEST_TABLE}_to_spans{on_cluster(cluster)} TO spans "
         f"AS SELECT {stored} FROM {INGEST_TABLE}",
     ]
     if otel_table:
         events = "JSONExtractArrayRaw(ifNull(events, '[]'))"
         links = "JSONExtractArrayRaw(ifNull(links, '[]'))"
+        view = f"{INGEST_TABLE}_to_otel_traces{on_cluster(cluster)}"
         out.append(
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {INGEST_TABLE}_to_otel_traces{_on(cluster)} TO `{otel_table}`
+            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO `{otel_table}`
 AS SELECT
     {_time9("start_time")} AS Timestamp, trace_id AS TraceId, span_id AS SpanId,
     ifNull(parent_span_id, '') AS ParentSpanId, '' AS TraceState, name AS SpanName, {_pascal("kind")} AS SpanKind,
@@ -410,7 +411,7 @@ def create_all(
                                        cluster=cluster):  # fmt: skip
         client.command(statement)
     client.command(
-        f"CREATE TABLE IF NOT EXISTS tailwatch_schema{_on(cluster)} "
+        f"CREATE TABLE IF NOT EXISTS tailwatch_schema{on_cluster(cluster)} "
         "(version UInt32, applied_at DateTime DEFAULT now()) "
         f"ENGINE = {table_engine('tailwatch_schema', replacing=False, cluster=cluster)} ORDER BY version"
     )
