@@ -12,7 +12,7 @@ import logging
 import multiprocessing
 import os
 import threading
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, InvalidStateError, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +104,7 @@ class IngestPipeline:
 
     def submit(self, signal: Signal, payload: bytes, encoding: Encoding, transport: str) -> Future[ExportResult]:
         """Decode, validate and store one export request; the future resolves once it is durable."""
-        result: Future[ExportResult] = Future()
+        result: Future[ExportResult] = _Answer()
         size = len(payload)
         with self._lock:
             if self._closing:
@@ -226,6 +226,26 @@ class IngestPipeline:
             self._closing = True
             self._idle.wait_for(lambda: self._inflight == 0, timeout)
         self._executor.shutdown(wait=True, cancel_futures=False)
+
+
+class _Answer(Future[ExportResult]):
+    """A request's answer. The receiver cancels it when its client goes away (a deadline, a closed stream)
+    while the request is decoded or stored; the work goes on (what is stored stays stored, and a retry is
+    deduplicated) and its outcome is dropped, instead of raising InvalidStateError in a writer's callback."""
+
+    def set_result(self, result: ExportResult) -> None:
+        try:
+            super().set_result(result)
+        except InvalidStateError:
+            if not self.cancelled():
+                raise
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        try:
+            super().set_exception(exception)
+        except InvalidStateError:
+            if not self.cancelled():
+                raise
 
 
 def _failed(result: Future[ExportResult], exc: Exception) -> Future[ExportResult]:

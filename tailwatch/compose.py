@@ -55,7 +55,7 @@ def _open(settings: Settings, registry: CollectorRegistry | None = None) -> Duck
         return ClickHouseStorage.open(
             _dsn(settings),
             otel_table=ch.otel_table,
-            receivers_write_otel_table=ch.otel_traces == "write",
+            otel_traces=ch.otel_traces,
             cluster=ch.cluster,
             ttl_days=s.retention_days,
             max_queued_spans=i.max_queued_spans,

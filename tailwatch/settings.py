@@ -28,6 +28,7 @@ from collector.decode import Decoder, choose_decoder
 from collector.engine_names import ENGINE_METRICS, EngineNames
 from collector.normalize import NormalizeConfig
 from detectors.registry import REGISTRY
+from storage.clickhouse import OtelTraces
 
 ENV_PREFIX = "TAILWATCH_"
 ENV_NESTED = "__"
@@ -169,10 +170,11 @@ class ClickHouseSettings(_Section):
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="The OpenTelemetry Collector clickhouseexporter traces table spans are read from or written to.",
     )
-    otel_traces: Literal["write", "follow"] = Field(
+    otel_traces: OtelTraces = Field(
         "write",
-        description="write: Tailwatch's receivers store spans in otel_table (created when missing). follow: the "
-        "user's Collector fills otel_table and Tailwatch normalizes its new rows into spans.",
+        description="write: Tailwatch's receivers store spans in otel_table (created when missing) as well. "
+        "follow: the user's Collector fills otel_table and Tailwatch normalizes its new rows into spans. off: "
+        "spans are stored in Tailwatch's tables alone (each once; the console's trace view has no attributes).",
     )
     follow_interval_seconds: float = Field(10.0, gt=0, description="follow: how often new rows are read.")
     follow_lag_seconds: float = Field(

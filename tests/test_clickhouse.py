@@ -84,6 +84,31 @@ def test_a_retried_request_counts_once_across_two_writers_however_it_is_grouped(
         second.close()
 
 
+def test_with_otel_traces_off_every_table_tailwatch_writes_holds_a_retried_span_once() -> None:
+    dsn = chdb_dsn("otel_off")
+    ClickHouseStorage.open(dsn).close()  # a store that fed otel_traces, then turned off
+    first, second = ClickHouseStorage.open(dsn, otel_traces="off"), ClickHouseStorage.open(dsn, otel_traces="off")
+    try:
+        table = spans()
+        store_all(first, table)
+        store_all(second, table.slice(0, 100))
+        store_all(first, table)
+        assert stored(first, "SELECT count() FROM spans") == len(REQUESTS)
+        assert stored(first, "SELECT count() FROM spans FINAL") == len(REQUESTS)
+        assert stored(first, "SELECT count() FROM otel_traces") == 0  # no longer fed
+        trace = first.console_queries.trace(REQUESTS[0]["trace_id"])["spans"]
+        assert trace.num_rows >= 1 and set(trace.column("attributes").to_pylist()) == {None}
+    finally:
+        first.close()
+        second.close()
+    fresh = ClickHouseStorage.open(chdb_dsn("otel_never"), otel_traces="off")
+    try:
+        tables = "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = 'otel_traces'"
+        assert stored(fresh, tables) == 0
+    finally:
+        fresh.close()
+
+
 def spans_of_traces(traces: list[str], rows: list[dict[str, Any]]) -> pa.Table:
     """`rows` spread over `traces` in turn: each table built alone, as a decoder hands one request over."""
     return pa.Table.from_pylist(
@@ -162,7 +187,7 @@ def test_a_followed_otel_traces_gives_the_same_requests_as_spans_received_over_o
     try:
         follower_dsn = chdb_dsn("followed")
         written_by_a_collector(REQUESTS, follower_dsn)
-        follower_store = ClickHouseStorage.open(follower_dsn, receivers_write_otel_table=False)
+        follower_store = ClickHouseStorage.open(follower_dsn, otel_traces="follow")
         plan = build_plan(NormalizeConfig())
         follower = Follower(
             ClickHouseOtelTraces(follower_store.client, "otel_traces"),
@@ -192,7 +217,7 @@ def test_a_followed_otel_traces_gives_the_same_requests_as_spans_received_over_o
 def test_follow_mode_stores_a_long_request_written_after_shorter_ones_that_started_later() -> None:
     """A Collector writes a span when it ends: a 180-s request that started at T lands after the cursor has
     passed T + 90 s with the short ones. Followed by end time, it is stored once it has ended."""
-    store = ClickHouseStorage.open(chdb_dsn("long_request"), receivers_write_otel_table=False)
+    store = ClickHouseStorage.open(chdb_dsn("long_request"), otel_traces="follow")
     t = datetime(2026, 11, 20, 12, 0)
     insert = (
         "INSERT INTO otel_traces (Timestamp, TraceId, SpanId, SpanName, SpanKind, ServiceName, SpanAttributes, "

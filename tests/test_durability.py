@@ -23,7 +23,7 @@ from conftest import RunningService, service_settings
 from prometheus_client import CollectorRegistry
 from receivers import NATIVE_INSTALL, require_or_skip
 from serverproc import ServerProcess
-from waiting import HANG_GUARD, wait_until
+from waiting import HANG_GUARD, WriterHold, wait_until
 
 from collector import native_walk
 from collector.decode import DEFAULT_DECODER, Decoder, Encoding, Signal
@@ -259,6 +259,14 @@ def pipeline_on(
     db: Path, registry: CollectorRegistry, decode_workers: int, decoder: Decoder = DEFAULT_DECODER
 ) -> Iterator[IngestPipeline]:
     """An ingest pipeline storing through a real writer into a migrated database file; all closed on exit."""
+    with pipeline_and_writer_on(db, registry, decode_workers, decoder) as (pipeline, _):
+        yield pipeline
+
+
+@contextmanager
+def pipeline_and_writer_on(
+    db: Path, registry: CollectorRegistry, decode_workers: int, decoder: Decoder = DEFAULT_DECODER
+) -> Iterator[tuple[IngestPipeline, Writer]]:
     con = open_database(db)
     migrate.upgrade(con)
     writer = Writer(con, max_queued_spans=10_000, dedup_window_seconds=300, dedup_max_spans=100_000)
@@ -267,7 +275,7 @@ def pipeline_on(
         writer, IngestMetrics(registry), decode_workers=decode_workers, max_inflight_bytes=2**20, decoder=decoder
     )
     try:
-        yield pipeline
+        yield pipeline, writer
     finally:
         pipeline.close(HANG_GUARD)
         writer.close(HANG_GUARD)
@@ -288,6 +296,22 @@ def only_decoder(pipeline: IngestPipeline) -> Any:
     [worker] = [p for p in multiprocessing.active_children() if p.pid not in before]
     assert worker.pid is not None
     return worker
+
+
+def test_a_request_whose_client_went_away_is_still_stored_and_its_answer_dropped_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "cancelled.duckdb"
+    registry = CollectorRegistry()
+    payload = request([span() for _ in range(3)]).SerializeToString()
+    with pipeline_and_writer_on(db, registry, decode_workers=0) as (pipeline, writer):
+        with WriterHold(writer):  # the request waits behind a job on the writer, as behind a long commit
+            answer = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
+            assert answer.cancel()  # the receiver's client hit its deadline
+        wait_until(lambda: writer.queued_spans == 0, "the request's spans to be stored")
+    assert [r.getMessage() for r in caplog.records if r.name == "concurrent.futures"] == []
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM spans").fetchone() == (3,)
 
 
 def test_a_decoder_process_dying_mid_request_is_a_retryable_refusal_and_the_retry_is_stored(tmp_path: Path) -> None:

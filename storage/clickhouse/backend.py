@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from storage.clickhouse import schema
+from storage.clickhouse import OtelTraces, schema
 from storage.clickhouse.analyst import ClickHouseAnalyst
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
@@ -31,7 +31,7 @@ class ClickHouseStorage:
         writer: ClickHouseWriter,
         *,
         otel_table: str,
-        own_otel_table: bool,
+        otel_traces: OtelTraces,
         sql_timeout_seconds: float,
         sql_max_rows: int,
         lease_seconds: float = 60,
@@ -44,14 +44,15 @@ class ClickHouseStorage:
         self.windows = ClickHouseWindowSource(client, evaluator)
         self.detector_store = ClickHouseDetectorStore(client, tables)
         self.alert_queries = ClickHouseAlertQueries(client, tables)
-        self.console_queries = ClickHouseConsoleQueries(client, evaluator, tables, otel_table=otel_table)
+        attributes_from = otel_table if otel_traces != "off" else None
+        self.console_queries = ClickHouseConsoleQueries(client, evaluator, tables, otel_table=attributes_from)
         self.analyst = ClickHouseAnalyst(client, evaluator, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
-        self.retention = ClickHouseRetention(client, otel_table, own_otel_table)
+        self.retention = ClickHouseRetention(client, otel_table, otel_traces == "write")
         self.scrape_health = ClickHouseScrapeHealth(client, tables)
         self.engine_facts = ClickHouseEngineFacts(client, evaluator)
         self.lease = ClickHouseLease(client, seconds=lease_seconds, cluster=cluster)
         self._otel_table = otel_table
-        self._own_otel_table = own_otel_table
+        self._otel_traces = otel_traces
         self._followed: ClickHouseOtelTraces | None = None
         self._evaluator = evaluator
         self._closed = False
@@ -67,9 +68,9 @@ class ClickHouseStorage:
 
     @property
     def otel_traces(self) -> ClickHouseOtelTraces | None:
-        """The `otel_traces` a user's Collector fills, when the receivers do not write it (follow mode). Its
-        cursor's table is created at the first use: by the process that follows, not by every receiver."""
-        if self._own_otel_table:
+        """The `otel_traces` a user's Collector fills, in follow mode; None otherwise. Its cursor's table is
+        created at the first use: by the process that follows, not by every receiver."""
+        if self._otel_traces != "follow":
             return None
         if self._followed is None:
             self._followed = ClickHouseOtelTraces(self.client, self._otel_table, self.cluster)
@@ -91,7 +92,7 @@ class ClickHouseStorage:
         dsn: str,
         *,
         otel_table: str = "otel_traces",
-        receivers_write_otel_table: bool = True,
+        otel_traces: OtelTraces = "write",
         cluster: str | None = None,
         ttl_days: float | None = None,
         max_queued_spans: int = 200_000,
@@ -108,8 +109,8 @@ class ClickHouseStorage:
                 client,
                 evaluator.tables,
                 full_spans,
-                otel_table=otel_table,
-                own_otel_table=receivers_write_otel_table,
+                otel_table=otel_table if otel_traces != "off" else None,
+                own_otel_table=otel_traces == "write",
                 cluster=cluster,
                 ttl_days=ttl_days,
             )
@@ -127,7 +128,7 @@ class ClickHouseStorage:
             evaluator,
             writer,
             otel_table=otel_table,
-            own_otel_table=receivers_write_otel_table,
+            otel_traces=otel_traces,
             sql_timeout_seconds=sql_timeout_seconds,
             sql_max_rows=sql_max_rows,
             lease_seconds=lease_seconds,

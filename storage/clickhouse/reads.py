@@ -125,7 +125,7 @@ class ClickHouseAlertQueries:
 
 class ClickHouseConsoleQueries:
     def __init__(
-        self, client: ClickHouse, evaluator: Evaluator, tables: dict[str, list[Column]], *, otel_table: str
+        self, client: ClickHouse, evaluator: Evaluator, tables: dict[str, list[Column]], *, otel_table: str | None
     ) -> None:
         self._otel = otel_table
         self._client = client
@@ -186,10 +186,16 @@ class ClickHouseConsoleQueries:
         params: dict[str, object] = {"t": trace_id}
         if around:
             params |= {"s": around.start, "e": around.end}
+        # The attributes are kept in otel_traces alone; without it (otel_traces: off) the view has none.
+        attributes = (
+            f"a.attributes AS attributes FROM spans LEFT JOIN (SELECT SpanId, toJSONString(any(SpanAttributes)) "
+            f"AS attributes FROM `{self._otel}` WHERE TraceId = {{t:String}} GROUP BY SpanId) AS a "
+            "ON a.SpanId = spans.span_id"
+            if self._otel
+            else "CAST(NULL AS Nullable(String)) AS attributes FROM spans"
+        )
         spans = self._client.arrow(
-            f"SELECT {_names(self._spans, ('ingested_at',))}, a.attributes AS attributes FROM spans "
-            f"LEFT JOIN (SELECT SpanId, toJSONString(any(SpanAttributes)) AS attributes FROM `{self._otel}` "
-            "WHERE TraceId = {t:String} GROUP BY SpanId) AS a ON a.SpanId = spans.span_id "
+            f"SELECT {_names(self._spans, ('ingested_at',))}, {attributes} "
             f"WHERE trace_id = {{t:String}}{bound} ORDER BY start_time, span_id",
             params,
         )

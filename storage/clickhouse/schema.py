@@ -388,27 +388,32 @@ def create_all(
     tables: dict[str, list[Column]],
     spans_with_json: list[Column],
     *,
-    otel_table: str,
+    otel_table: str | None,
     own_otel_table: bool,
     cluster: str | None = None,
     ttl_days: float | None = None,
 ) -> None:
-    """Create what is missing; an existing `otel_traces` must be the exporter's layout."""
+    """Create what is missing; an existing `otel_traces` must be the exporter's layout. `otel_table` None:
+    Tailwatch neither writes nor reads one."""
     for name, columns in tables.items():
         client.command(create_table(name, columns, cluster=cluster, ttl_days=ttl_days))
         upgrade_table(client, name, columns, cluster=cluster)
         if (column := layout(name).ttl_column) is not None:
             keep_ttl(client, name, column, ttl_days, cluster)
-    exists = client.command(
-        "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = {t:String}", {"t": otel_table}
-    )
-    if not int(exists):
-        client.command(create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days))
-    check_otel_traces(client, otel_table)
-    if own_otel_table:  # a table the user's Collector fills keeps the retention the user gave it
-        keep_ttl(client, otel_table, "Timestamp", ttl_days, cluster)
-    for statement in ingest_statements(spans_with_json, otel_table=otel_table if own_otel_table else None,
-                                       cluster=cluster):  # fmt: skip
+    if otel_table is not None:
+        exists = client.command(
+            "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
+            {"t": otel_table},
+        )
+        if not int(exists):
+            client.command(create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days))
+        check_otel_traces(client, otel_table)
+        if own_otel_table:  # a table the user's Collector fills keeps the retention the user gave it
+            keep_ttl(client, otel_table, "Timestamp", ttl_days, cluster)
+    else:  # the view is the database's, not a process's: a store that fed otel_traces and is turned off stops
+        client.command(f"DROP VIEW IF EXISTS {INGEST_TABLE}_to_otel_traces{on_cluster(cluster)}")
+    written = otel_table if own_otel_table else None
+    for statement in ingest_statements(spans_with_json, otel_table=written, cluster=cluster):
         client.command(statement)
     client.command(
         f"CREATE TABLE IF NOT EXISTS tailwatch_schema{on_cluster(cluster)} "
