@@ -1,6 +1,7 @@
 """End-to-end ingest benchmark: sustained durable spans/s and peak RSS, next to the decode-only ceiling.
 
 Run on a quiet machine:  .venv/bin/python bench/ingest.py [--spans 1200000] [--concurrency 4]
+Into ClickHouse in-process (chDB): add --set storage.backend=clickhouse --set storage.clickhouse.dsn=chdb:///DIR
 The ceiling is measured in the same run because this machine's speed varies by about ±40%.
 """
 
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from llm_spans import unique_requests
 
 from collector.decode import Encoding, choose_decoder, decode_traces
+from storage.clickhouse.client import ClickHouse
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
@@ -274,6 +276,22 @@ def send_all(target: str, requests: list[bytes], concurrency: int, method: str =
     return stats
 
 
+def stored_spans(db: Path, settings: dict[str, str]) -> int:
+    """The spans the stopped server stored: in its DuckDB file, or (`--set storage.backend=clickhouse`) in the
+    ClickHouse its settings name, counted once by span as Tailwatch reads them."""
+    if settings.get("storage.backend") == "clickhouse":
+        client = ClickHouse(settings["storage.clickhouse.dsn"])
+        try:
+            return int(client.command("SELECT count() FROM spans FINAL"))
+        finally:
+            client.close()
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return int(con.execute("SELECT count(*) FROM spans").fetchall()[0][0])
+    finally:
+        con.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spans", type=int, default=1_200_000, help="spans to send (unique ids)")
@@ -316,9 +334,7 @@ def main() -> None:
             peak_kib = sampler.stop()
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(120)
-            con = duckdb.connect(str(db), read_only=True)
-            stored = con.execute("SELECT count(*) FROM spans").fetchall()[0][0]
-            con.close()
+            stored = stored_spans(db, settings)
             sent = len(reqs) * args.batch
             results[label] = {
                 "concurrency": concurrency,
