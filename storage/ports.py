@@ -18,12 +18,17 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import polars as pl
 import pyarrow as pa
 
 T = TypeVar("T")
+
+# What the ClickHouse backend does with the OpenTelemetry Collector clickhouseexporter's traces table: `write`
+# (its receivers store every span there too), `follow` (a user's Collector fills it; Tailwatch normalizes its
+# rows), `off` (neither: spans live in Tailwatch's own tables alone).
+OtelTraces = Literal["write", "follow", "off"]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from collector.decode import Decoder, choose_decoder
 from collector.engine_names import ENGINE_METRICS, EngineNames
 from collector.normalize import NormalizeConfig
 from detectors.registry import REGISTRY
-from storage.clickhouse import OtelTraces
+from storage.ports import OtelTraces
 
 ENV_PREFIX = "TAILWATCH_"
 ENV_NESTED = "__"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from storage.clickhouse import OtelTraces, schema
+from storage.clickhouse import schema
 from storage.clickhouse.analyst import ClickHouseAnalyst
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
@@ -18,6 +18,7 @@ from storage.clickhouse.stores import (
     ClickHouseScrapeHealth,
 )
 from storage.clickhouse.writer import ClickHouseWriter
+from storage.ports import OtelTraces
 from storage.writer_metrics import WriterMetrics
 
 
