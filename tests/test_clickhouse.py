@@ -8,6 +8,8 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -574,12 +576,23 @@ def test_a_summary_computed_in_clickhouse_equals_duckdbs_over_clients_servers_an
         click.close()
 
 
-def test_the_scheduler_lease_has_one_holder_and_passes_on_when_it_lapses_or_is_released() -> None:
-    store = open_chdb("lease")
+@contextmanager
+def two_schedulers(label: str) -> Iterator[tuple[ClickHouseLease, ClickHouseLease, list[datetime]]]:
+    """Two processes' leases of a minute on one store, and the clock both read (its one item, moved by the test)."""
+    store = open_chdb(label)
     now = [datetime(2026, 11, 24, 12, 0)]
     try:
-        first = ClickHouseLease(store.client, seconds=60, holder="a", clock=lambda: now[0])
-        second = ClickHouseLease(store.client, seconds=60, holder="b", clock=lambda: now[0])
+        yield (
+            ClickHouseLease(store.client, seconds=60, holder="a", clock=lambda: now[0]),
+            ClickHouseLease(store.client, seconds=60, holder="b", clock=lambda: now[0]),
+            now,
+        )
+    finally:
+        store.close()
+
+
+def test_the_scheduler_lease_has_one_holder_and_passes_on_when_it_lapses_or_is_released() -> None:
+    with two_schedulers("lease") as (first, second, now):
         assert first.hold()
         assert not second.hold()
         now[0] += timedelta(seconds=59)
@@ -594,24 +607,18 @@ def test_the_scheduler_lease_has_one_holder_and_passes_on_when_it_lapses_or_is_r
         assert not first.hold()
         second.release()
         assert first.hold()
-    finally:
-        store.close()
 
 
 def test_of_two_schedulers_that_found_the_lease_free_only_the_first_to_write_holds_it() -> None:
-    store = open_chdb("lease_race")
-    now = [datetime(2026, 11, 24, 12, 0)]
-    try:
-        first = ClickHouseLease(store.client, seconds=60, holder="a", clock=lambda: now[0])
-        second = ClickHouseLease(store.client, seconds=60, holder="b", clock=lambda: now[0])
-        for _ in range(2):  # nobody held it yet; then it lapsed
+    with two_schedulers("lease_race") as (a, b, now):
+        for first, second in ((a, b), (b, a)):  # nobody held it yet; then it lapsed, and the other writes first
             seen = second.read()  # both read it free before either writes
             assert first.hold_from(seen)
             assert not second.hold_from(seen)  # its taking of the same generation is dropped by the server
             assert first.current() == (first.holder, now[0] + timedelta(seconds=60))
             assert first.hold() and not second.hold()
             now[0] += timedelta(seconds=61)
-            first, second = second, first
+        first, second = a, b
         # The holder renews only with a quarter of the lease left; nearer the end it takes a new generation, so
         # a rival that (its clock ahead) found it lapsed cannot also land.
         assert first.hold()
@@ -620,8 +627,6 @@ def test_of_two_schedulers_that_found_the_lease_free_only_the_first_to_write_hol
         assert seen is not None
         assert second.hold_from(replace(seen, expires_at=now[0]))  # the rival's view: lapsed
         assert not first.hold_from(seen)
-    finally:
-        store.close()
 
 
 def test_a_lease_table_of_an_earlier_tailwatch_gains_generations() -> None:
