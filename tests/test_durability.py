@@ -309,9 +309,14 @@ def test_a_request_whose_client_went_away_is_still_stored_and_its_answer_dropped
             answer = pipeline.submit(Signal.TRACES, payload, Encoding.PROTOBUF, "grpc")
             assert answer.cancel()  # the receiver's client hit its deadline
         wait_until(lambda: writer.queued_spans == 0, "the request's spans to be stored")
+        # A request whose client stayed is answered as ever, with what was stored and refused.
+        kept = pipeline.submit(Signal.TRACES, request([span()]).SerializeToString(), Encoding.PROTOBUF, "grpc")
+        assert kept.result(HANG_GUARD) == ExportResult(1, 0, "")
+        refused = pipeline.submit(Signal.TRACES, b"\xff not protobuf", Encoding.PROTOBUF, "grpc")
+        assert refused.exception(HANG_GUARD) is not None
     assert [r.getMessage() for r in caplog.records if r.name == "concurrent.futures"] == []
     with duckdb.connect(str(db), read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM spans").fetchone() == (3,)
+        assert con.execute("SELECT count(*) FROM spans").fetchone() == (4,)
 
 
 def test_a_decoder_process_dying_mid_request_is_a_retryable_refusal_and_the_retry_is_stored(tmp_path: Path) -> None:
