@@ -7,7 +7,7 @@ The lease is one row per name in a ReplacingMergeTree read with `final`: the new
 Taking it is a conditional write. Each taking starts a new generation, and its insert carries the
 deduplication token `name:generation`: of two processes that found the lease free at generation g and both
 take g+1, the server keeps the first insert and drops the second as a retry, so the loser reads back the
-winner and runs nothing. Only the holder renews, and only while the lease has a quarter of its time left
+winner and runs nothing. Only the holder renews, and only while more than a quarter of the lease is left
 (MARGIN); nearer its end the holder takes a new generation like anyone else. A renewal and a taking can then
 both land only when the clocks of the two processes differ by more than that quarter (15 s by default).
 """
