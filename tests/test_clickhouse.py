@@ -333,6 +333,7 @@ def analyst_store() -> Any:
         ("SELECT no_such_column FROM spans", "unknown_column"),
         ("SELECT * FROM no_such_table", "unknown_table"),
         ("SELECT FROM WHERE", "syntax_error"),
+        ("SELECT 1 FORMAT JSON", "syntax_error"),
         ("", "empty_query"),
     ],
 )
