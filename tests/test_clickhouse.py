@@ -244,6 +244,8 @@ def test_follow_mode_stores_a_long_request_written_after_shorter_ones_that_start
         assert follower.run_once(t + timedelta(seconds=300)) == 0
         rows = store.client.arrow("SELECT span_id, duration_ms FROM spans FINAL ORDER BY span_id").to_pylist()
         assert rows == [{"span_id": "1" * 16, "duration_ms": 2000.0}, {"span_id": "2" * 16, "duration_ms": 180000.0}]
+        # What Tailwatch stores in follow mode never goes back into the Collector's table.
+        assert stored(store, "SELECT count() FROM otel_traces") == 2
     finally:
         store.close()
 

@@ -110,8 +110,8 @@ class ClickHouseStorage:
                 client,
                 evaluator.tables,
                 full_spans,
-                otel_table=otel_table if otel_traces != "off" else None,
-                own_otel_table=otel_traces == "write",
+                otel_table=otel_table,
+                otel_traces=otel_traces,
                 cluster=cluster,
                 ttl_days=ttl_days,
             )

@@ -78,17 +78,14 @@ class ClickHouseLease:
     def hold_from(self, seen: Seen | None) -> bool:
         """Take or renew the lease as `seen` when it was read (another process may have written since)."""
         now = self._clock()
+        if seen is not None and seen.holder != self.holder and seen.expires_at > now:
+            return False
         if seen is not None and seen.holder == self.holder and seen.expires_at - self._ttl * MARGIN > now:
             generation = seen.generation
             self._write(now + self._ttl, generation)
-        elif seen is None or seen.expires_at <= now:
+        else:  # free, lapsed, or ours near its end: taken anew, at most once per generation
             generation = seen.generation + 1 if seen else 1
             self._write(now + self._ttl, generation, token=f"{TABLE}:{self.name}:{generation}")
-        elif seen.holder == self.holder:  # ours, near its end: taken anew, the others wait for it to lapse
-            generation = seen.generation + 1
-            self._write(now + self._ttl, generation, token=f"{TABLE}:{self.name}:{generation}")
-        else:
-            return False
         after = self.read()
         return after is not None and after.holder == self.holder and after.generation == generation
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from model.columns import SPAN_COLUMNS
 from storage.clickhouse.client import ClickHouse
+from storage.ports import OtelTraces
 from storage.span_layout import SPAN_ROWS, STORED_ONLY
 
 SCHEMA_VERSION = 1
@@ -388,19 +389,19 @@ def create_all(
     tables: dict[str, list[Column]],
     spans_with_json: list[Column],
     *,
-    otel_table: str | None,
-    own_otel_table: bool,
+    otel_table: str,
+    otel_traces: OtelTraces,
     cluster: str | None = None,
     ttl_days: float | None = None,
 ) -> None:
-    """Create what is missing; an existing `otel_traces` must be the exporter's layout. `otel_table` None:
-    Tailwatch neither writes nor reads one."""
+    """Create what is missing; an existing `otel_traces` must be the exporter's layout (with `otel_traces: off`
+    Tailwatch neither writes nor reads one)."""
     for name, columns in tables.items():
         client.command(create_table(name, columns, cluster=cluster, ttl_days=ttl_days))
         upgrade_table(client, name, columns, cluster=cluster)
         if (column := layout(name).ttl_column) is not None:
             keep_ttl(client, name, column, ttl_days, cluster)
-    if otel_table is not None:
+    if otel_traces != "off":
         exists = client.command(
             "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
             {"t": otel_table},
@@ -408,11 +409,11 @@ def create_all(
         if not int(exists):
             client.command(create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days))
         check_otel_traces(client, otel_table)
-        if own_otel_table:  # a table the user's Collector fills keeps the retention the user gave it
+        if otel_traces == "write":  # a table the user's Collector fills keeps the retention the user gave it
             keep_ttl(client, otel_table, "Timestamp", ttl_days, cluster)
     else:  # the view is the database's, not a process's: a store that fed otel_traces and is turned off stops
         client.command(f"DROP VIEW IF EXISTS {INGEST_TABLE}_to_otel_traces{on_cluster(cluster)}")
-    written = otel_table if own_otel_table else None
+    written = otel_table if otel_traces == "write" else None
     for statement in ingest_statements(spans_with_json, otel_table=written, cluster=cluster):
         client.command(statement)
     client.command(
