@@ -493,6 +493,11 @@ def test_a_target_still_in_flight_is_skipped_by_the_next_round_and_the_others_go
     s = scraper([ScrapeTarget(url=slow.url), ScrapeTarget(url=fast.url)])
     thread, out = in_background(s.scrape_once)
     wait_until(lambda: slow.requests == 1, "the slow target to be asked")
+    # The fast target's first answer must be in too: a slow machine may still have it in flight as well.
+    wait_until(
+        lambda: sample(registry, "tailwatch_scrapes_total", target=fast.url, outcome="ok") == 1,
+        "the fast target's first answer",
+    )
 
     assert [h.url for h in s.scrape_once()] == [fast.url]
     assert sample(registry, "tailwatch_scrapes_total", target=slow.url, outcome="skipped") == 1
