@@ -67,48 +67,77 @@ def store_all(store: Storage, table: pa.Table, scores: pa.Table | None = None) -
     future.result(timeout=HANG_GUARD)
 
 
-def test_a_retried_request_counts_once_across_two_writers_however_it_is_grouped() -> None:
+TABLES = "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine LIKE '%MergeTree'"
+
+
+def with_attributes(table: pa.Table) -> pa.Table:
+    rows = table.to_pylist()
+    return pa.Table.from_pylist(
+        [{**r, "attributes": f'{{"gen_ai.request.model":"m{i}"}}'} for i, r in enumerate(rows)], schema=table.schema
+    )
+
+
+def test_a_retried_request_is_stored_once_in_every_table_tailwatch_writes_however_it_is_grouped() -> None:
     dsn = chdb_dsn("two_writers")
-    first, second = ClickHouseStorage.open(dsn), ClickHouseStorage.open(dsn)
+    first, second = ClickHouseStorage.open(dsn), ClickHouseStorage.open(dsn)  # otel_traces: off, the default
     try:
-        table = spans()
+        table = with_attributes(spans())
         store_all(first, table)
         store_all(second, table.slice(0, 100))  # a retry through another receiver, grouped differently
         store_all(first, table)  # the same request again, whole
-        assert stored(first, "SELECT count() FROM spans") == len(REQUESTS)
+        for query in ("SELECT count() FROM spans", "SELECT count() FROM spans FINAL"):
+            assert stored(first, query) == len(REQUESTS)
+        assert "otel_traces" not in [r[0] for r in first.client.rows(TABLES)]
         requests = Requests(WINDOW, ("e2e_ms",)).fetch(second.windows)
         assert requests.num_rows == len({r["trace_id"] for r in REQUESTS if WINDOW.start <= r["end_time"] < WINDOW.end})
-        # otel_traces is the exporter's MergeTree, deduplicated by insert token alone: the whole retry is dropped,
-        # the regrouped slice (its own token) is not.
-        assert stored(first, "SELECT count() FROM otel_traces") == len(REQUESTS) + 100
+        # The console's trace view reads a span's attributes from `spans` itself.
+        trace = first.console_queries.trace(REQUESTS[7]["trace_id"])["spans"]
+        shown = dict(zip(trace.column("span_id").to_pylist(), trace.column("attributes").to_pylist(), strict=True))
+        assert shown[REQUESTS[7]["span_id"]] == '{"gen_ai.request.model":"m7"}'
     finally:
         first.close()
         second.close()
 
 
-def test_with_otel_traces_off_every_table_tailwatch_writes_holds_a_retried_span_once() -> None:
-    dsn = chdb_dsn("otel_off")
-    ClickHouseStorage.open(dsn).close()  # a store that fed otel_traces, then turned off
-    first, second = ClickHouseStorage.open(dsn, otel_traces="off"), ClickHouseStorage.open(dsn, otel_traces="off")
+def test_with_otel_traces_written_a_regrouped_retry_lands_there_twice_and_in_spans_once() -> None:
+    dsn = chdb_dsn("otel_write")
+    first = ClickHouseStorage.open(dsn, otel_traces="write")
+    second = ClickHouseStorage.open(dsn, otel_traces="write")
     try:
-        table = spans()
+        table = with_attributes(spans())
         store_all(first, table)
         store_all(second, table.slice(0, 100))
         store_all(first, table)
         assert stored(first, "SELECT count() FROM spans") == len(REQUESTS)
-        assert stored(first, "SELECT count() FROM spans FINAL") == len(REQUESTS)
-        assert stored(first, "SELECT count() FROM otel_traces") == 0  # no longer fed
-        trace = first.console_queries.trace(REQUESTS[0]["trace_id"])["spans"]
-        assert trace.num_rows >= 1 and set(trace.column("attributes").to_pylist()) == {None}
+        # otel_traces is the exporter's MergeTree, deduplicated by insert token alone: the whole retry is dropped,
+        # the regrouped slice (its own token) is not. docs/scale-out.md says so.
+        assert stored(first, "SELECT count() FROM otel_traces") == len(REQUESTS) + 100
+        first.client.command("TRUNCATE TABLE otel_traces")  # the console reads attributes from spans first
+        trace = first.console_queries.trace(REQUESTS[7]["trace_id"])["spans"]
+        assert '{"gen_ai.request.model":"m7"}' in trace.column("attributes").to_pylist()
     finally:
         first.close()
         second.close()
-    fresh = ClickHouseStorage.open(chdb_dsn("otel_never"), otel_traces="off")
+
+
+def test_a_store_that_fed_otel_traces_and_is_turned_off_stops_feeding_it_and_keeps_attributes_in_spans() -> None:
+    dsn = chdb_dsn("otel_off")
+    older = ClickHouseStorage.open(dsn, otel_traces="write")
     try:
-        tables = "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = 'otel_traces'"
-        assert stored(fresh, tables) == 0
+        # A store from before `spans` kept the JSON columns: its view into spans did not store them.
+        older.client.command(
+            "ALTER TABLE spans_ingest_to_spans MODIFY QUERY SELECT trace_id, span_id, end_time FROM spans_ingest"
+        )
     finally:
-        fresh.close()
+        older.close()
+    store = ClickHouseStorage.open(dsn, otel_traces="off")
+    try:
+        store_all(store, with_attributes(spans()))
+        assert stored(store, "SELECT count() FROM spans") == len(REQUESTS)
+        assert stored(store, "SELECT count() FROM otel_traces") == 0  # no longer fed
+        assert stored(store, "SELECT count() FROM spans WHERE attributes IS NULL") == 0
+    finally:
+        store.close()
 
 
 def spans_of_traces(traces: list[str], rows: list[dict[str, Any]]) -> pa.Table:
@@ -119,7 +148,7 @@ def spans_of_traces(traces: list[str], rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def test_other_spans_of_the_same_traces_are_stored_and_a_whole_retry_is_stored_once() -> None:
-    store = open_chdb("token")
+    store = open_chdb("token", otel_traces="write")
     try:
         # Ten traces in the same order in both batches: their trace ids alone would give both one token.
         traces = [f"{t:032x}" for t in range(1, 11)]
@@ -135,7 +164,7 @@ def test_other_spans_of_the_same_traces_are_stored_and_a_whole_retry_is_stored_o
 
 
 def test_two_batches_sliced_from_one_table_are_both_stored_not_taken_for_a_retry() -> None:
-    store = open_chdb("slices")
+    store = open_chdb("slices", otel_traces="write")
     try:
         table = spans()  # each slice shares the whole table's buffers: its token must hash its own spans alone
         store_all(store, table.slice(0, 50))
@@ -147,7 +176,7 @@ def test_two_batches_sliced_from_one_table_are_both_stored_not_taken_for_a_retry
 
 
 def test_receivers_write_the_exporter_layout_with_attributes_as_text_maps() -> None:
-    store = open_chdb("layout")
+    store = open_chdb("layout", otel_traces="write")
     try:
         row = {**REQUESTS[0], "attributes": '{"gen_ai.request.model":"llama","gen_ai.usage.input_tokens":42}',
                "resource": '{"service.name":"gw"}', "kind": "SERVER", "status_code": "OK"}  # fmt: skip
@@ -166,7 +195,7 @@ def test_receivers_write_the_exporter_layout_with_attributes_as_text_maps() -> N
 def written_by_a_collector(requests: list[dict[str, Any]], dsn: str) -> ClickHouse:
     """A database at `dsn` whose `otel_traces` holds `requests` as a user's Collector writes them (receivers of
     another database write the exporter's layout, and the rows are copied); returns a client of it."""
-    source = open_chdb("written")
+    source = open_chdb("written", otel_traces="write")
     try:
         rows = []
         for r in requests:
@@ -283,13 +312,13 @@ def test_an_existing_otel_traces_of_another_layout_is_refused_naming_the_column(
     admin.command("CREATE TABLE otel_traces (Timestamp DateTime64(9), TraceId String, SpanId String) "
                   "ENGINE = MergeTree ORDER BY Timestamp")  # fmt: skip
     with pytest.raises(SchemaMismatch, match="no column ParentSpanId"):
-        ClickHouseStorage.open(dsn)
+        ClickHouseStorage.open(dsn, otel_traces="write")
     admin.command("DROP TABLE otel_traces")
     admin.command(
         "CREATE TABLE otel_traces (Timestamp DateTime64(9), TraceId UInt64) ENGINE = MergeTree ORDER BY Timestamp"
     )
     with pytest.raises(SchemaMismatch, match=r"otel_traces\.TraceId is UInt64"):
-        ClickHouseStorage.open(dsn)
+        ClickHouseStorage.open(dsn, otel_traces="follow")
 
 
 def test_a_refused_insert_acknowledges_nothing_and_the_sink_recovers() -> None:
@@ -687,7 +716,7 @@ def test_a_refusing_clickhouse_gets_otlp_answered_retryable_and_the_retry_is_sto
         assert post(svc, body)[0] == 200
         assert post(svc, body)[0] == 200  # a retry of an acknowledged request
         assert stored(storage, "SELECT count() FROM spans") == 20
-        assert stored(storage, "SELECT count() FROM otel_traces") == 20
+        assert stored(storage, "SELECT count() FROM spans FINAL") == 20
 
 
 def test_tailwatch_migrate_and_sql_work_on_the_configured_clickhouse(tmp_path: Path) -> None:
@@ -745,8 +774,8 @@ def test_within_duckdb_a_p99_is_the_same_bits_whatever_the_storage_order_and_a_m
 
 def test_a_new_retention_reaches_the_ttl_of_tables_created_with_another() -> None:
     dsn = chdb_dsn("ttl")
-    ClickHouseStorage.open(dsn, ttl_days=7).close()
-    longer = ClickHouseStorage.open(dsn, ttl_days=30)
+    ClickHouseStorage.open(dsn, ttl_days=7, otel_traces="write").close()
+    longer = ClickHouseStorage.open(dsn, ttl_days=30, otel_traces="write")
     try:
         for table in ("spans", "engine_metrics", "otel_traces"):
             engine = stored(longer, f"SELECT engine_full FROM system.tables WHERE database = currentDatabase() "

@@ -93,7 +93,7 @@ class ClickHouseStorage:
         dsn: str,
         *,
         otel_table: str = "otel_traces",
-        otel_traces: OtelTraces = "write",
+        otel_traces: OtelTraces = "off",
         cluster: str | None = None,
         ttl_days: float | None = None,
         max_queued_spans: int = 200_000,

@@ -186,13 +186,14 @@ class ClickHouseConsoleQueries:
         params: dict[str, object] = {"t": trace_id}
         if around:
             params |= {"s": around.start, "e": around.end}
-        # The attributes are kept in otel_traces alone; without it (otel_traces: off) the view has none.
+        # `spans` keeps the attributes of what it stored since it kept JSON columns; older rows have theirs in
+        # otel_traces, where one is kept.
         attributes = (
-            f"a.attributes AS attributes FROM spans LEFT JOIN (SELECT SpanId, toJSONString(any(SpanAttributes)) "
-            f"AS attributes FROM `{self._otel}` WHERE TraceId = {{t:String}} GROUP BY SpanId) AS a "
-            "ON a.SpanId = spans.span_id"
+            "coalesce(spans.attributes, a.attributes) AS attributes FROM spans LEFT JOIN (SELECT SpanId, "
+            f"toJSONString(any(SpanAttributes)) AS attributes FROM `{self._otel}` WHERE TraceId = {{t:String}} "
+            "GROUP BY SpanId) AS a ON a.SpanId = spans.span_id"
             if self._otel
-            else "CAST(NULL AS Nullable(String)) AS attributes FROM spans"
+            else "spans.attributes AS attributes FROM spans"
         )
         spans = self._client.arrow(
             f"SELECT {_names(self._spans, ('ingested_at',))}, {attributes} "

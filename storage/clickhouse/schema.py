@@ -13,6 +13,7 @@ columns in `spans`, keyed by trace and span, which the detectors read.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -345,18 +346,25 @@ def _pascal(column: str) -> str:
     return f"concat(upper(substring({column}, 1, 1)), lower(substring({column}, 2)))"
 
 
+SPANS_VIEW = f"{INGEST_TABLE}_to_spans"
+
+
+def spans_view_query(spans: list[Column]) -> str:
+    """What the view into `spans` stores of an ingested span: every column, the JSON ones too, so the console's
+    trace view has a span's attributes whether or not an `otel_traces` is kept."""
+    stored = ", ".join(
+        f"{_micros(f'`{c.name}`')} AS `{c.name}`" if "DateTime64" in c.type else f"`{c.name}`" for c in spans
+    )
+    return f"SELECT {stored} FROM {INGEST_TABLE}"
+
+
 def ingest_statements(spans: list[Column], *, otel_table: str | None, cluster: str | None) -> list[str]:
     """The Null table receivers insert into and the views that store its rows."""
     columns = ",\n".join(f"    `{c.name}` {c.type.replace('DateTime64(6', 'DateTime64(9')}" for c in spans)
-    stored = ", ".join(
-        f"{_micros(f'`{c.name}`')} AS `{c.name}`" if "DateTime64" in c.type else f"`{c.name}`"
-        for c in spans
-        if c.name not in SPAN_JSON_COLUMNS
-    )
     out = [
         f"CREATE TABLE IF NOT EXISTS {INGEST_TABLE}{on_cluster(cluster)} (\n{columns}\n) ENGINE = Null",
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {INGEST_TABLE}_to_spans{on_cluster(cluster)} TO spans "
-        f"AS SELECT {stored} FROM {INGEST_TABLE}",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {SPANS_VIEW}{on_cluster(cluster)} TO spans "
+        f"AS {spans_view_query(spans)}",
     ]
     if otel_table:
         events = "JSONExtractArrayRaw(ifNull(events, '[]'))"
@@ -396,7 +404,10 @@ def create_all(
 ) -> None:
     """Create what is missing; an existing `otel_traces` must be the exporter's layout (with `otel_traces: off`
     Tailwatch neither writes nor reads one)."""
-    for name, columns in tables.items():
+    json_columns = [c for c in spans_with_json if c.name in SPAN_JSON_COLUMNS]
+    for name, read in tables.items():
+        # `spans` stores the JSON columns the request model never reads (evaluator.tables leaves them out).
+        columns = [*read, *json_columns] if name == "spans" else read
         client.command(create_table(name, columns, cluster=cluster, ttl_days=ttl_days))
         upgrade_table(client, name, columns, cluster=cluster)
         if (column := layout(name).ttl_column) is not None:
@@ -416,6 +427,13 @@ def create_all(
     written = otel_table if otel_traces == "write" else None
     for statement in ingest_statements(spans_with_json, otel_table=written, cluster=cluster):
         client.command(statement)
+    [(stored,)] = client.rows(
+        "SELECT as_select FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
+        {"t": SPANS_VIEW},
+    )
+    if not re.search(r"\battributes\b", str(stored)):  # a store from before spans kept the JSON columns
+        query = spans_view_query(spans_with_json)
+        client.command(f"ALTER TABLE {SPANS_VIEW}{on_cluster(cluster)} MODIFY QUERY {query}")
     client.command(
         f"CREATE TABLE IF NOT EXISTS tailwatch_schema{on_cluster(cluster)} "
         "(version UInt32, applied_at DateTime DEFAULT now()) "
