@@ -193,8 +193,8 @@ class ClickHouseSettings(_Section):
     cluster: str | None = Field(
         None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="A ClickHouse cluster name: tables are created ON CLUSTER with Replicated engines "
-        "(docs/scale-out.md).",
+        description="A ClickHouse cluster name: tables are created ON CLUSTER with Replicated engines, the span "
+        "tables sharded by trace behind Distributed tables of the same names (docs/scale-out.md; needs 23.8+).",
     )
 
 

@@ -45,6 +45,7 @@ from storage.clickhouse.schema import (
     create_otel_traces,
     create_replaced,
     create_table,
+    delete_rows,
     ingest_statements,
 )
 from storage.duckdb.backend import DuckDBStorage
@@ -785,23 +786,66 @@ def test_a_new_retention_reaches_the_ttl_of_tables_created_with_another() -> Non
         longer.close()
 
 
-def test_on_a_cluster_every_table_is_created_on_it_replicated() -> None:
-    # No ClickHouse cluster runs here: the statements are what can be checked.
+def cluster_statements() -> list[str]:
     evaluator = Evaluator()
     try:
-        statements = [create_table(name, columns, cluster="prod", ttl_days=7) for name, columns in
-                      evaluator.tables.items()]  # fmt: skip
-        statements.append(create_otel_traces("otel_traces", cluster="prod", ttl_days=7))
+        statements = [st for name, columns in evaluator.tables.items()
+                      for st in create_table(name, columns, cluster="prod", ttl_days=7)]  # fmt: skip
+        statements += create_otel_traces("otel_traces", cluster="prod", ttl_days=7)
         statements += ingest_statements(evaluator.span_columns_with_json(), otel_table="otel_traces", cluster="prod")
         statements.append(create_replaced("tailwatch_lease", "name String", "name", "prod"))
     finally:
         evaluator.close()
+    return statements
+
+
+def created(statement: str) -> str:
+    return statement.split("`")[1]
+
+
+def test_on_a_cluster_every_table_is_created_on_it_replicated_and_parses() -> None:
+    # No ClickHouse cluster runs here (a Distributed table needs a shard to connect to, ON CLUSTER a Keeper):
+    # the statements are what can be checked, by ClickHouse's own parser.
+    statements = cluster_statements()
     assert len(statements) > 20
+    admin = ClickHouse(chdb_dsn("cluster_parse"))
     for statement in statements:
         assert "ON CLUSTER `prod`" in statement, statement[:80]
+        assert admin.command("SELECT formatQuery({q:String})", {"q": statement})
         if "ENGINE = Null" not in statement and "MATERIALIZED VIEW" not in statement:
-            assert "ENGINE = Replicated" in statement, statement[:80]
+            assert "ENGINE = Replicated" in statement or "ENGINE = Distributed" in statement, statement[:80]
             assert "non_replicated_deduplication_window" not in statement
+
+
+def test_on_a_cluster_span_tables_are_sharded_by_trace_behind_distributed_tables_named_as_the_reads_name_them() -> None:
+    statements = cluster_statements()
+    by_table = {created(s): s for s in statements if s.lstrip().startswith("CREATE TABLE")}
+    sharded = {"spans": "cityHash64(trace_id)", "span_scores": "cityHash64(trace_id)", "engine_metrics": "rand()",
+               "otel_traces": "cityHash64(TraceId)"}  # fmt: skip
+    for name, key in sharded.items():
+        local = by_table[f"{name}_local"]
+        assert "'/clickhouse/tables/{shard}/{database}/" in local, name
+        assert by_table[name].endswith(f"ENGINE = Distributed(`prod`, currentDatabase(), `{name}_local`, {key})"), (
+            by_table[name]
+        )
+    # Tailwatch's own tables: one replica set across the cluster, read whole on any node.
+    for name in ("alerts", "clusters", "detector_runs", "token_latency", "tailwatch_lease"):
+        assert "'/clickhouse/tables/all/{database}/" in by_table[name], name
+        assert f"{name}_local" not in by_table
+    # Receivers insert into their node's Null table, whose view writes through the Distributed `spans`.
+    views = [s for s in statements if "MATERIALIZED VIEW" in s]
+    assert [s.split(" TO ")[1].split()[0] for s in views] == ["spans", "`otel_traces`"]
+    # ... answered once the shards stored the rows, not once this node queued them for later.
+    client = ClickHouse(chdb_dsn("cluster_sync"))
+    assert int(client.command("SELECT toUInt8(getSetting('insert_distributed_sync'))")) == 1
+
+
+def test_on_a_cluster_retention_deletes_from_each_shards_table_and_once_from_a_replicated_one() -> None:
+    where = "end_time < {c:DateTime64(6)}"
+    assert delete_rows("spans", where, "prod") == f"DELETE FROM `spans_local` ON CLUSTER `prod` WHERE {where}"
+    assert delete_rows("otel_traces", where, "prod", sharded=True).startswith("DELETE FROM `otel_traces_local` ON")
+    assert delete_rows("slo_burn_minutes", where, "prod") == f"DELETE FROM `slo_burn_minutes` WHERE {where}"
+    assert delete_rows("spans", where, None) == f"DELETE FROM `spans` WHERE {where}"
 
 
 def test_a_receiver_only_process_schedules_nothing_and_never_takes_the_lease(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ class ClickHouseStorage:
         attributes_from = otel_table if otel_traces != "off" else None
         self.console_queries = ClickHouseConsoleQueries(client, evaluator, tables, otel_table=attributes_from)
         self.analyst = ClickHouseAnalyst(client, evaluator, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
-        self.retention = ClickHouseRetention(client, otel_table, otel_traces == "write")
+        self.retention = ClickHouseRetention(client, otel_table, otel_traces == "write", cluster)
         self.scrape_health = ClickHouseScrapeHealth(client, tables)
         self.engine_facts = ClickHouseEngineFacts(client, evaluator)
         self.lease = ClickHouseLease(client, seconds=lease_seconds, cluster=cluster)

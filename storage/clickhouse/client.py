@@ -2,7 +2,8 @@
 
 clickhouse-connect gives the same client class for both. Every statement runs in UTC with naive UTC
 times coming back, like the DuckDB backend's, and with `final = 1`: the tables whose rows are replaced
-(ReplacingMergeTree) read as their newest version without each query saying FINAL.
+(ReplacingMergeTree) read as their newest version without each query saying FINAL (on a cluster, each shard
+applies it to its own rows).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import pyarrow.compute as pc
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SESSION: dict[str, Any] = {"session_timezone": "UTC", "final": 1}
+# insert_distributed_sync: an insert reaching a cluster's Distributed table (its sharded `spans`) is answered
+# once every shard stored its rows, not once this node queued them, so an acknowledged span is stored.
+_SESSION: dict[str, Any] = {"session_timezone": "UTC", "final": 1, "insert_distributed_sync": 1}
 
 
 def _connect(dsn: str, extra: dict[str, Any]) -> Any:

@@ -7,8 +7,11 @@ engine, the sorting key, partitions and TTL. Tables whose rows are replaced are 
 `otel_traces` (what Grafana, SigNoz-style tools and the user's own queries read) and the canonical request
 columns in `spans`, keyed by trace and span, which the detectors read.
 
-`cluster` turns on the cluster-aware form: every statement `ON CLUSTER`, Replicated* engines, and a
-`Distributed` table over each local one (docs/scale-out.md).
+`cluster` turns on the cluster-aware form: every statement `ON CLUSTER` and Replicated* engines. The tables
+that grow with the span rate are sharded: each shard stores its rows in `<name>_local`, and `<name>` is a
+`Distributed` table over them, so every read (Tailwatch's and an analyst's) names the same table on one node
+or many. Tailwatch's own small tables (figures, alerts, the lease) are one replica set across the whole
+cluster instead, so any node reads them whole and the lease's conditional write is one (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -129,7 +132,41 @@ def _quote(name: str) -> str:
     return f"`{name}`"
 
 
-def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, ttl_days: float | None) -> str:
+# A sharded table's sharding key: the rows that replace one another (a span's versions, a score's) share a trace,
+# so they meet on one shard, where FINAL sees them together; a request's client and server spans do too.
+SHARDED: dict[str, str] = {
+    "spans": "cityHash64(trace_id)",
+    "span_scores": "cityHash64(trace_id)",
+    "engine_metrics": "rand()",
+}
+OTEL_SHARDING = "cityHash64(TraceId)"
+_LOCAL = "_local"
+
+
+def stored_in(name: str, cluster: str | None, *, sharded: bool | None = None) -> str:
+    """The table that holds `name`'s rows on this node: its shard's local table where it is sharded (what DDL,
+    TTL and deletes name), else the table itself."""
+    return f"{name}{_LOCAL}" if cluster and (name in SHARDED if sharded is None else sharded) else name
+
+
+def delete_rows(table: str, where: str, cluster: str | None, *, sharded: bool | None = None) -> str:
+    """A DELETE of `table`'s rows. A Distributed table takes none: on a cluster every shard deletes from its own
+    table (each replica of a shard runs it; the second finds nothing left). An unsharded replicated table
+    replicates the delete itself."""
+    stored = stored_in(table, cluster, sharded=sharded)
+    return f"DELETE FROM {_quote(stored)}{on_cluster(cluster) if stored != table else ''} WHERE {where}"
+
+
+def distributed(name: str, cluster: str, key: str) -> str:
+    local = _quote(name + _LOCAL)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {_quote(name)}{on_cluster(cluster)} AS {local} "
+        f"ENGINE = Distributed({_quote(cluster)}, currentDatabase(), {local}, {key})"
+    )
+
+
+def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, ttl_days: float | None) -> list[str]:
+    """The table's CREATE, and on a cluster the Distributed table over a sharded one."""
     spec = layout(name)
     body = [f"    {_quote(c.name)} {c.type}" for c in columns]
     if spec.replacing:
@@ -138,7 +175,9 @@ def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, t
         body.append("    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1")
     engine = table_engine(name, replacing=spec.replacing, cluster=cluster)
     parts = [
-        f"CREATE TABLE IF NOT EXISTS {_quote(name)}{on_cluster(cluster)} (\n" + ",\n".join(body) + "\n)",
+        f"CREATE TABLE IF NOT EXISTS {_quote(stored_in(name, cluster))}{on_cluster(cluster)} (\n"
+        + ",\n".join(body)
+        + "\n)",
         f"ENGINE = {engine}",
     ]
     if spec.partition_by:
@@ -149,7 +188,10 @@ def create_table(name: str, columns: Iterable[Column], *, cluster: str | None, t
     # Deduplication tokens on non-replicated tables need a window of remembered inserts (replicated ones
     # have it by default, and the tables replaced on purpose are written with insert_deduplicate = 0).
     parts.append(f"SETTINGS {_WINDOW_SETTING} = {_WINDOW}" if spec.retried and not cluster else "")
-    return "\n".join(p for p in parts if p)
+    created = ["\n".join(p for p in parts if p)]
+    if cluster and name in SHARDED:
+        created.append(distributed(name, cluster, SHARDED[name]))
+    return created
 
 
 _WINDOW_SETTING = "non_replicated_deduplication_window"
@@ -163,13 +205,17 @@ def upgrade_table(client: ClickHouse, name: str, columns: Iterable[Column], *, c
     have = {
         str(r[0])
         for r in client.rows(
-            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {t:String}", {"t": name}
+            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {t:String}",
+            {"t": stored_in(name, cluster)},
         )
     }
+    # A sharded table's Distributed table reads the columns it was told of: it gets the new ones too.
+    altered = {stored_in(name, cluster), name}
     for column in columns:
         if column.name not in have:
-            client.command(f"ALTER TABLE {_quote(name)}{on_cluster(cluster)} ADD COLUMN IF NOT EXISTS "
-                           f"{_quote(column.name)} {column.type}")  # fmt: skip
+            for table in sorted(altered, key=len, reverse=True):  # the local table first
+                client.command(f"ALTER TABLE {_quote(table)}{on_cluster(cluster)} ADD COLUMN IF NOT EXISTS "
+                               f"{_quote(column.name)} {column.type}")  # fmt: skip
     if cluster or layout(name).retried:
         return
     [(query,)] = client.rows(
@@ -187,7 +233,7 @@ def ttl_clause(column: str, days: float) -> str:
 def keep_ttl(client: ClickHouse, table: str, column: str, days: float | None, cluster: str | None) -> None:
     """A table created with another retention gets this one: otherwise a longer `retention_days` would still
     see ClickHouse drop rows at the old age. Existing rows are not rewritten (the retention job deletes at
-    the cutoff); parts written from now on carry the new TTL."""
+    the cutoff); parts written from now on carry the new TTL. `table` is the one holding the rows."""
     if not days:
         return
     engine = client.command(
@@ -200,11 +246,14 @@ def keep_ttl(client: ClickHouse, table: str, column: str, days: float | None, cl
         )
 
 
-def table_engine(name: str, *, replacing: bool, cluster: str | None) -> str:
-    """MergeTree or ReplacingMergeTree(_version), Replicated on a cluster (one ZooKeeper path per table and shard)."""
+def table_engine(name: str, *, replacing: bool, cluster: str | None, sharded: bool | None = None) -> str:
+    """MergeTree or ReplacingMergeTree(_version), Replicated on a cluster: a sharded table has one replica set a
+    shard, the others one across the cluster (`all` for the shard in the Keeper path), so every node holds them
+    whole and an insert token taken on one node is seen by all."""
     if not cluster:
         return "ReplacingMergeTree(_version)" if replacing else "MergeTree()"
-    path = "'/clickhouse/tables/{shard}/{database}/" + name + "', '{replica}'"
+    shard = "{shard}" if (name in SHARDED if sharded is None else sharded) else "all"
+    path = f"'/clickhouse/tables/{shard}/{{database}}/" + name + "', '{replica}'"
     return f"ReplicatedReplacingMergeTree({path}, _version)" if replacing else f"ReplicatedMergeTree({path})"
 
 
@@ -252,11 +301,12 @@ OTEL_TRACES_COLUMNS: dict[str, str] = {
 _DEDUP_WINDOW = f", {_WINDOW_SETTING} = {_WINDOW}"
 
 
-def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | None) -> str:
+def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | None) -> list[str]:
+    """The exporter's table as Tailwatch writes it (`otel_traces: write`), sharded by trace on a cluster."""
     ttl = ttl_clause("Timestamp", ttl_days) if ttl_days else ""
-    engine = table_engine(table, replacing=False, cluster=cluster)
-    return f"""
-CREATE TABLE IF NOT EXISTS {_quote(table)}{on_cluster(cluster)} (
+    engine = table_engine(table, replacing=False, cluster=cluster, sharded=True)
+    created = f"""
+CREATE TABLE IF NOT EXISTS {_quote(stored_in(table, cluster, sharded=True))}{on_cluster(cluster)} (
     Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
     TraceId String CODEC(ZSTD(1)),
     SpanId String CODEC(ZSTD(1)),
@@ -284,6 +334,7 @@ ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))
 {ttl}
 SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1{"" if cluster else _DEDUP_WINDOW}
 """
+    return [created, distributed(table, cluster, OTEL_SHARDING)] if cluster else [created]
 
 
 class SchemaMismatch(Exception):
@@ -408,20 +459,22 @@ def create_all(
     for name, read in tables.items():
         # `spans` stores the JSON columns the request model never reads (evaluator.tables leaves them out).
         columns = [*read, *json_columns] if name == "spans" else read
-        client.command(create_table(name, columns, cluster=cluster, ttl_days=ttl_days))
+        for statement in create_table(name, columns, cluster=cluster, ttl_days=ttl_days):
+            client.command(statement)
         upgrade_table(client, name, columns, cluster=cluster)
         if (column := layout(name).ttl_column) is not None:
-            keep_ttl(client, name, column, ttl_days, cluster)
+            keep_ttl(client, stored_in(name, cluster), column, ttl_days, cluster)
     if otel_traces != "off":
         exists = client.command(
             "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
             {"t": otel_table},
         )
         if not int(exists):
-            client.command(create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days))
+            for statement in create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days):
+                client.command(statement)
         check_otel_traces(client, otel_table)
         if otel_traces == "write":  # a table the user's Collector fills keeps the retention the user gave it
-            keep_ttl(client, otel_table, "Timestamp", ttl_days, cluster)
+            keep_ttl(client, stored_in(otel_table, cluster, sharded=True), "Timestamp", ttl_days, cluster)
     else:  # the view is the database's, not a process's: a store that fed otel_traces and is turned off stops
         client.command(f"DROP VIEW IF EXISTS {INGEST_TABLE}_to_otel_traces{on_cluster(cluster)}")
     written = otel_table if otel_traces == "write" else None

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
-from storage.clickhouse.schema import Column, versioned
+from storage.clickhouse.schema import Column, delete_rows, versioned
 from storage.engine_settling import CHUNK
 from storage.ports import COUNTED_ONCE_PER_MINUTE, Alert, EvaluationRecord, FiringState, RunRecord, TargetHealth, Window
 
@@ -189,18 +189,22 @@ class ClickHouseRetention:
     """Deletes what ended before the cutoff. Tables also carry a TTL of the configured retention, which
     ClickHouse applies by dropping whole parts in merges; this delete makes the cutoff exact and immediate."""
 
-    def __init__(self, client: ClickHouse, otel_table: str, own_otel_table: bool) -> None:
+    def __init__(self, client: ClickHouse, otel_table: str, own_otel_table: bool, cluster: str | None = None) -> None:
         self._client = client
         self._otel = otel_table if own_otel_table else None
+        self._cluster = cluster
+
+    def _delete(self, table: str, where: str, params: Mapping[str, object], *, sharded: bool | None = None) -> None:
+        self._client.command(delete_rows(table, where, self._cluster, sharded=sharded), params)
 
     def delete_ended_before(self, cutoff: datetime) -> int:
         params = {"c": cutoff}
         deleted = int(self._client.command("SELECT count() FROM spans WHERE end_time < {c:DateTime64(6)}", params))
         if deleted:
-            self._client.command("DELETE FROM spans WHERE end_time < {c:DateTime64(6)}", params)
+            self._delete("spans", "end_time < {c:DateTime64(6)}", params)
             if self._otel:
-                self._client.command(f"DELETE FROM `{self._otel}` WHERE Timestamp < {{c:DateTime64(9)}}", params)
-        self._client.command("DELETE FROM engine_metrics WHERE time < {c:DateTime64(6)}", params)
+                self._delete(self._otel, "Timestamp < {c:DateTime64(9)}", params, sharded=True)
+        self._delete("engine_metrics", "time < {c:DateTime64(6)}", params)
         self._client.command("DELETE FROM slo_burn_minutes WHERE minute < {c:DateTime64(6)} - INTERVAL 90 DAY", params)
         return deleted
 
