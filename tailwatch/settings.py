@@ -171,11 +171,10 @@ class ClickHouseSettings(_Section):
         description="The OpenTelemetry Collector clickhouseexporter traces table spans are read from or written to.",
     )
     otel_traces: OtelTraces = Field(
-        "off",
-        description="off: spans are stored in Tailwatch's tables alone, each exactly once. write: receivers store "
-        "them in otel_table (created when missing) as well, for dashboards that read the exporter's layout; a "
-        "retry the client regrouped lands there twice. follow: the user's Collector fills otel_table and "
-        "Tailwatch normalizes its new rows into spans.",
+        "write",
+        description="write: otel_table shows every stored span once in the Collector clickhouseexporter's layout, "
+        "as a view of spans (a store whose otel_table is a table from before keeps feeding it). follow: the "
+        "user's Collector fills otel_table and Tailwatch normalizes its new rows into spans. off: no otel_table.",
     )
     follow_interval_seconds: float = Field(10.0, gt=0, description="follow: how often new rows are read.")
     follow_lag_seconds: float = Field(

@@ -43,6 +43,7 @@ from storage.clickhouse.schema import (
     SchemaMismatch,
     clickhouse_type,
     create_otel_traces,
+    create_otel_view,
     create_replaced,
     create_table,
     delete_rows,
@@ -68,7 +69,11 @@ def store_all(store: Storage, table: pa.Table, scores: pa.Table | None = None) -
     future.result(timeout=HANG_GUARD)
 
 
-TABLES = "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine LIKE '%MergeTree'"
+def open_fed(dsn: str) -> ClickHouseStorage:
+    """A store whose `otel_traces` is a table receivers feed, as `otel_traces: write` made it before it was a view."""
+    for statement in create_otel_traces("otel_traces", cluster=None, ttl_days=None):
+        ClickHouse(dsn).command(statement)
+    return ClickHouseStorage.open(dsn, otel_traces="write")
 
 
 def with_attributes(table: pa.Table) -> pa.Table:
@@ -80,30 +85,46 @@ def with_attributes(table: pa.Table) -> pa.Table:
 
 def test_a_retried_request_is_stored_once_in_every_table_tailwatch_writes_however_it_is_grouped() -> None:
     dsn = chdb_dsn("two_writers")
-    first, second = ClickHouseStorage.open(dsn), ClickHouseStorage.open(dsn)  # otel_traces: off, the default
+    first, second = ClickHouseStorage.open(dsn), ClickHouseStorage.open(dsn)  # otel_traces: write, the default
     try:
         table = with_attributes(spans())
         store_all(first, table)
         store_all(second, table.slice(0, 100))  # a retry through another receiver, grouped differently
         store_all(first, table)  # the same request again, whole
-        for query in ("SELECT count() FROM spans", "SELECT count() FROM spans FINAL"):
-            assert stored(first, query) == len(REQUESTS)
-        assert "otel_traces" not in [r[0] for r in first.client.rows(TABLES)]
+        for table in ("spans", "spans FINAL", "otel_traces"):
+            assert stored(first, f"SELECT count() FROM {table}") == len(REQUESTS), table
+        per_span = first.client.rows("SELECT count() FROM otel_traces GROUP BY TraceId, SpanId HAVING count() > 1")
+        assert per_span == []
+        # otel_traces is a view of spans that says FINAL itself: a dashboard's session does not.
+        engine = "SELECT engine FROM system.tables WHERE database = currentDatabase() AND name = 'otel_traces'"
+        assert first.client.rows(engine) == [("View",)]
+        unmerged = {"final": 0}
+        assert int(first.client.command("SELECT count() FROM spans", settings=unmerged)) > len(REQUESTS)
+        assert int(first.client.command("SELECT count() FROM otel_traces", settings=unmerged)) == len(REQUESTS)
         requests = Requests(WINDOW, ("e2e_ms",)).fetch(second.windows)
         assert requests.num_rows == len({r["trace_id"] for r in REQUESTS if WINDOW.start <= r["end_time"] < WINDOW.end})
         # The console's trace view reads a span's attributes from `spans` itself.
         trace = first.console_queries.trace(REQUESTS[7]["trace_id"])["spans"]
         shown = dict(zip(trace.column("span_id").to_pylist(), trace.column("attributes").to_pylist(), strict=True))
         assert shown[REQUESTS[7]["span_id"]] == '{"gen_ai.request.model":"m7"}'
+        # Retention deletes spans, and the view follows (a DELETE of the view itself would be refused).
+        assert first.retention.delete_ended_before(datetime(2100, 1, 1)) == len(REQUESTS)
+        assert stored(first, "SELECT count() FROM otel_traces") == 0
     finally:
         first.close()
         second.close()
 
 
-def test_with_otel_traces_written_a_regrouped_retry_lands_there_twice_and_in_spans_once() -> None:
+def test_follow_refuses_tailwatchs_own_view_of_spans_as_the_collectors_table() -> None:
+    dsn = chdb_dsn("view_followed")
+    ClickHouseStorage.open(dsn, otel_traces="write").close()
+    with pytest.raises(SchemaMismatch, match="otel_traces is Tailwatch's view of spans"):
+        ClickHouseStorage.open(dsn, otel_traces="follow")
+
+
+def test_a_fed_otel_traces_table_from_before_gets_a_regrouped_retry_twice_and_spans_once() -> None:
     dsn = chdb_dsn("otel_write")
-    first = ClickHouseStorage.open(dsn, otel_traces="write")
-    second = ClickHouseStorage.open(dsn, otel_traces="write")
+    first, second = open_fed(dsn), ClickHouseStorage.open(dsn, otel_traces="write")
     try:
         table = with_attributes(spans())
         store_all(first, table)
@@ -116,6 +137,10 @@ def test_with_otel_traces_written_a_regrouped_retry_lands_there_twice_and_in_spa
         first.client.command("TRUNCATE TABLE otel_traces")  # the console reads attributes from spans first
         trace = first.console_queries.trace(REQUESTS[7]["trace_id"])["spans"]
         assert '{"gen_ai.request.model":"m7"}' in trace.column("attributes").to_pylist()
+        store_all(first, table.slice(100, 50))  # a group of its own: it lands in the fed table again
+        assert stored(first, "SELECT count() FROM otel_traces") == 50
+        first.retention.delete_ended_before(datetime(2100, 1, 1))  # the fed table is deleted from too
+        assert stored(first, "SELECT count() FROM otel_traces") == 0
     finally:
         first.close()
         second.close()
@@ -123,7 +148,7 @@ def test_with_otel_traces_written_a_regrouped_retry_lands_there_twice_and_in_spa
 
 def test_a_store_that_fed_otel_traces_and_is_turned_off_stops_feeding_it_and_keeps_attributes_in_spans() -> None:
     dsn = chdb_dsn("otel_off")
-    older = ClickHouseStorage.open(dsn, otel_traces="write")
+    older = open_fed(dsn)
     try:
         # A store from before `spans` kept the JSON columns: its view into spans did not store them.
         older.client.command(
@@ -149,7 +174,7 @@ def spans_of_traces(traces: list[str], rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def test_other_spans_of_the_same_traces_are_stored_and_a_whole_retry_is_stored_once() -> None:
-    store = open_chdb("token", otel_traces="write")
+    store = open_fed(chdb_dsn("token"))
     try:
         # Ten traces in the same order in both batches: their trace ids alone would give both one token.
         traces = [f"{t:032x}" for t in range(1, 11)]
@@ -165,7 +190,7 @@ def test_other_spans_of_the_same_traces_are_stored_and_a_whole_retry_is_stored_o
 
 
 def test_two_batches_sliced_from_one_table_are_both_stored_not_taken_for_a_retry() -> None:
-    store = open_chdb("slices", otel_traces="write")
+    store = open_fed(chdb_dsn("slices"))
     try:
         table = spans()  # each slice shares the whole table's buffers: its token must hash its own spans alone
         store_all(store, table.slice(0, 50))
@@ -207,7 +232,8 @@ def written_by_a_collector(requests: list[dict[str, Any]], dsn: str) -> ClickHou
         store_all(source, pa.Table.from_pylist(rows, schema=SPAN_BATCH_SCHEMA))
         database = f"{source.client.arrow('SELECT currentDatabase() AS d').column(0)[0].as_py()}"
         admin = ClickHouse(dsn)
-        admin.command(f"CREATE TABLE otel_traces AS {database}.otel_traces")
+        for statement in create_otel_traces("otel_traces", cluster=None, ttl_days=None):  # as the exporter makes it
+            admin.command(statement)
         admin.command(f"INSERT INTO otel_traces SELECT * FROM {database}.otel_traces")
         return admin
     finally:
@@ -775,6 +801,8 @@ def test_within_duckdb_a_p99_is_the_same_bits_whatever_the_storage_order_and_a_m
 
 def test_a_new_retention_reaches_the_ttl_of_tables_created_with_another() -> None:
     dsn = chdb_dsn("ttl")
+    for statement in create_otel_traces("otel_traces", cluster=None, ttl_days=7):  # a table from before the view
+        ClickHouse(dsn).command(statement)
     ClickHouseStorage.open(dsn, ttl_days=7, otel_traces="write").close()
     longer = ClickHouseStorage.open(dsn, ttl_days=30, otel_traces="write")
     try:
@@ -794,6 +822,7 @@ def cluster_statements() -> list[str]:
         statements += create_otel_traces("otel_traces", cluster="prod", ttl_days=7)
         statements += ingest_statements(evaluator.span_columns_with_json(), otel_table="otel_traces", cluster="prod")
         statements.append(create_replaced("tailwatch_lease", "name String", "name", "prod"))
+        statements.append(create_otel_view("otel_traces", cluster="prod"))
     finally:
         evaluator.close()
     return statements
@@ -812,7 +841,7 @@ def test_on_a_cluster_every_table_is_created_on_it_replicated_and_parses() -> No
     for statement in statements:
         assert "ON CLUSTER `prod`" in statement, statement[:80]
         assert admin.command("SELECT formatQuery({q:String})", {"q": statement})
-        if "ENGINE = Null" not in statement and "MATERIALIZED VIEW" not in statement:
+        if "ENGINE = Null" not in statement and "VIEW" not in statement:
             assert "ENGINE = Replicated" in statement or "ENGINE = Distributed" in statement, statement[:80]
             assert "non_replicated_deduplication_window" not in statement
 

@@ -37,6 +37,7 @@ class ClickHouseStorage:
         sql_max_rows: int,
         lease_seconds: float = 60,
         cluster: str | None = None,
+        otel_fed: bool = False,
     ) -> None:
         tables = evaluator.tables
         self.cluster = cluster
@@ -48,7 +49,7 @@ class ClickHouseStorage:
         attributes_from = otel_table if otel_traces != "off" else None
         self.console_queries = ClickHouseConsoleQueries(client, evaluator, tables, otel_table=attributes_from)
         self.analyst = ClickHouseAnalyst(client, evaluator, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
-        self.retention = ClickHouseRetention(client, otel_table, otel_traces == "write", cluster)
+        self.retention = ClickHouseRetention(client, otel_table, otel_fed, cluster)
         self.scrape_health = ClickHouseScrapeHealth(client, tables)
         self.engine_facts = ClickHouseEngineFacts(client, evaluator)
         self.lease = ClickHouseLease(client, seconds=lease_seconds, cluster=cluster)
@@ -93,7 +94,7 @@ class ClickHouseStorage:
         dsn: str,
         *,
         otel_table: str = "otel_traces",
-        otel_traces: OtelTraces = "off",
+        otel_traces: OtelTraces = "write",
         cluster: str | None = None,
         ttl_days: float | None = None,
         max_queued_spans: int = 200_000,
@@ -106,7 +107,7 @@ class ClickHouseStorage:
         try:
             evaluator = Evaluator()
             full_spans = evaluator.span_columns_with_json()
-            schema.create_all(
+            otel_fed = schema.create_all(
                 client,
                 evaluator.tables,
                 full_spans,
@@ -134,6 +135,7 @@ class ClickHouseStorage:
             sql_max_rows=sql_max_rows,
             lease_seconds=lease_seconds,
             cluster=cluster,
+            otel_fed=otel_fed,
         )
 
     def stop_writes(self) -> None:

@@ -397,6 +397,49 @@ def _pascal(column: str) -> str:
     return f"concat(upper(substring({column}, 1, 1)), lower(substring({column}, 2)))"
 
 
+def otel_select(source: str) -> str:
+    """Spans of `source` (the ingest table, or `spans` itself) in the exporter's columns and types."""
+    events = "JSONExtractArrayRaw(ifNull(events, '[]'))"
+    links = "JSONExtractArrayRaw(ifNull(links, '[]'))"
+    event_attributes = _string_map("JSONExtractRaw(e, 'attributes')")
+    link_attributes = _string_map("JSONExtractRaw(l, 'attributes')")
+    columns = {
+        "Timestamp": _time9("start_time"),
+        "TraceId": "trace_id",
+        "SpanId": "span_id",
+        "ParentSpanId": "ifNull(parent_span_id, '')",
+        "TraceState": "''",
+        "SpanName": "name",
+        "SpanKind": _pascal("kind"),
+        "ServiceName": "ifNull(service_name, '')",
+        "ResourceAttributes": _string_map("resource"),
+        "ScopeName": "ifNull(scope_name, '')",
+        "ScopeVersion": "''",
+        "SpanAttributes": _string_map("attributes"),
+        "Duration": "toUInt64(greatest(toUnixTimestamp64Nano(end_time) - toUnixTimestamp64Nano(start_time), 0))",
+        "StatusCode": _pascal("status_code"),
+        "StatusMessage": "ifNull(status_message, '')",
+        "Events.Timestamp": f"arrayMap(e -> fromUnixTimestamp64Nano(toInt64(JSONExtractUInt(e, 'time_unix_nano'))), "
+        f"{events})",
+        "Events.Name": f"arrayMap(e -> JSONExtractString(e, 'name'), {events})",
+        "Events.Attributes": f"arrayMap(e -> {event_attributes}, {events})",
+        "Links.TraceId": f"arrayMap(l -> JSONExtractString(l, 'trace_id'), {links})",
+        "Links.SpanId": f"arrayMap(l -> JSONExtractString(l, 'span_id'), {links})",
+        "Links.TraceState": f"arrayMap(l -> '', {links})",
+        "Links.Attributes": f"arrayMap(l -> {link_attributes}, {links})",
+    }
+    listed = ",\n    ".join(
+        f"CAST({expr} AS {OTEL_TRACES_COLUMNS[name]}) AS {_quote(name)}" for name, expr in columns.items()
+    )
+    return f"SELECT\n    {listed}\nFROM {source}"
+
+
+def create_otel_view(table: str, *, cluster: str | None) -> str:
+    """`otel_traces: write` on a new store: the exporter's layout as a view of `spans` read with FINAL, so each
+    span is in it once whatever the retries (a table fed at ingest holds a regrouped retry twice)."""
+    return f"CREATE VIEW IF NOT EXISTS {_quote(table)}{on_cluster(cluster)} AS {otel_select('spans FINAL')}"
+
+
 SPANS_VIEW = f"{INGEST_TABLE}_to_spans"
 
 
@@ -418,27 +461,9 @@ def ingest_statements(spans: list[Column], *, otel_table: str | None, cluster: s
         f"AS {spans_view_query(spans)}",
     ]
     if otel_table:
-        events = "JSONExtractArrayRaw(ifNull(events, '[]'))"
-        links = "JSONExtractArrayRaw(ifNull(links, '[]'))"
-        view = f"{INGEST_TABLE}_to_otel_traces{on_cluster(cluster)}"
         out.append(
-            f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO `{otel_table}`
-AS SELECT
-    {_time9("start_time")} AS Timestamp, trace_id AS TraceId, span_id AS SpanId,
-    ifNull(parent_span_id, '') AS ParentSpanId, '' AS TraceState, name AS SpanName, {_pascal("kind")} AS SpanKind,
-    ifNull(service_name, '') AS ServiceName, {_string_map("resource")} AS ResourceAttributes,
-    ifNull(scope_name, '') AS ScopeName, '' AS ScopeVersion, {_string_map("attributes")} AS SpanAttributes,
-    toUInt64(greatest(toUnixTimestamp64Nano(end_time) - toUnixTimestamp64Nano(start_time), 0)) AS Duration,
-    {_pascal("status_code")} AS StatusCode, ifNull(status_message, '') AS StatusMessage,
-    arrayMap(e -> fromUnixTimestamp64Nano(toInt64(JSONExtractUInt(e, 'time_unix_nano'))), {events})
-        AS `Events.Timestamp`,
-    arrayMap(e -> JSONExtractString(e, 'name'), {events}) AS `Events.Name`,
-    arrayMap(e -> {_string_map("JSONExtractRaw(e, 'attributes')")}, {events}) AS `Events.Attributes`,
-    arrayMap(l -> JSONExtractString(l, 'trace_id'), {links}) AS `Links.TraceId`,
-    arrayMap(l -> JSONExtractString(l, 'span_id'), {links}) AS `Links.SpanId`,
-    arrayMap(l -> '', {links}) AS `Links.TraceState`,
-    arrayMap(l -> {_string_map("JSONExtractRaw(l, 'attributes')")}, {links}) AS `Links.Attributes`
-FROM {INGEST_TABLE}"""
+            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {INGEST_TABLE}_to_otel_traces{on_cluster(cluster)} "
+            f"TO `{otel_table}`\nAS {otel_select(INGEST_TABLE)}"
         )
     return out
 
@@ -452,9 +477,10 @@ def create_all(
     otel_traces: OtelTraces,
     cluster: str | None = None,
     ttl_days: float | None = None,
-) -> None:
+) -> bool:
     """Create what is missing; an existing `otel_traces` must be the exporter's layout (with `otel_traces: off`
-    Tailwatch neither writes nor reads one)."""
+    Tailwatch neither writes nor reads one). Whether receivers feed an `otel_traces` table (a store whose
+    `write` table predates the view), which retention then deletes from too."""
     json_columns = [c for c in spans_with_json if c.name in SPAN_JSON_COLUMNS]
     for name, read in tables.items():
         # `spans` stores the JSON columns the request model never reads (evaluator.tables leaves them out).
@@ -464,21 +490,33 @@ def create_all(
         upgrade_table(client, name, columns, cluster=cluster)
         if (column := layout(name).ttl_column) is not None:
             keep_ttl(client, stored_in(name, cluster), column, ttl_days, cluster)
+    fed: str | None = None  # an otel table receivers feed: a store from before `write` made it a view of spans
     if otel_traces != "off":
-        exists = client.command(
-            "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
+        engine = client.rows(
+            "SELECT engine FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
             {"t": otel_table},
         )
-        if not int(exists):
-            for statement in create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days):
+        if not engine:
+            created = (
+                [create_otel_view(otel_table, cluster=cluster)]
+                if otel_traces == "write"
+                else create_otel_traces(otel_table, cluster=cluster, ttl_days=ttl_days)
+            )
+            for statement in created:
                 client.command(statement)
+        elif engine[0][0] == "View" and otel_traces == "follow":
+            raise SchemaMismatch(
+                f"{otel_table} is Tailwatch's view of spans (made by otel_traces: write), not a table a Collector "
+                "fills: set storage.clickhouse.otel_table to the Collector's table"
+            )
+        elif engine[0][0] != "View" and otel_traces == "write":
+            fed = otel_table
         check_otel_traces(client, otel_table)
-        if otel_traces == "write":  # a table the user's Collector fills keeps the retention the user gave it
-            keep_ttl(client, stored_in(otel_table, cluster, sharded=True), "Timestamp", ttl_days, cluster)
-    else:  # the view is the database's, not a process's: a store that fed otel_traces and is turned off stops
+        if fed:  # a table the user's Collector fills keeps the retention the user gave it
+            keep_ttl(client, stored_in(fed, cluster, sharded=True), "Timestamp", ttl_days, cluster)
+    if fed is None:  # the view is the database's, not a process's: a store that fed otel_traces stops
         client.command(f"DROP VIEW IF EXISTS {INGEST_TABLE}_to_otel_traces{on_cluster(cluster)}")
-    written = otel_table if otel_traces == "write" else None
-    for statement in ingest_statements(spans_with_json, otel_table=written, cluster=cluster):
+    for statement in ingest_statements(spans_with_json, otel_table=fed, cluster=cluster):
         client.command(statement)
     [(stored,)] = client.rows(
         "SELECT as_select FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
@@ -495,3 +533,4 @@ def create_all(
     have = client.command("SELECT count() FROM tailwatch_schema WHERE version = {v:UInt32}", {"v": SCHEMA_VERSION})
     if not int(have):
         client.command("INSERT INTO tailwatch_schema (version) VALUES ({v:UInt32})", {"v": SCHEMA_VERSION})
+    return fed is not None
