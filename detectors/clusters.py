@@ -817,6 +817,7 @@ _SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "risk_ratio": pl.Float64, "score": pl.Float64, "summary": pl.String, "suggested_fix": pl.String,
     "example_trace_ids": pl.List(pl.String), "rank": pl.Int32, "bad_reason": pl.String, "symptom": pl.String,
     "p_value": pl.Float64, "excess": pl.Float64, "candidates": pl.Int64, "same_requests": pl.String,
+    "bad": pl.Int64,
 }  # fmt: skip
 
 
@@ -860,6 +861,7 @@ def _row(
         "same_requests": json.dumps(
             [{"signature": dict(c.signature), "symptom": symptoms[c.symptom].key} for c in views], sort_keys=True
         ),
+        "bad": evidence.bad,
     }
 
 

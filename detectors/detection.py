@@ -36,6 +36,7 @@ from detectors.alerts import Alert, Evaluation, evaluate
 from detectors.base import DetectorConfig, Read, Window
 from detectors.clusters import following
 from detectors.figure_gauges import FigureGauges
+from detectors.incidents import IncidentPass
 from detectors.registry import REGISTRY, get
 from storage.ports import DetectorStore, EvaluationRecord, FrameBudget, FrameTooLarge, RunRecord, WindowSource
 
@@ -135,8 +136,10 @@ class DetectionPass:
         sink: AlertSink | None = None,
         metrics: DetectorMetrics | None = None,
         max_frame_bytes: int | None = None,
+        incidents: IncidentPass | None = None,
     ) -> None:
         self._source = source
+        self._incidents = incidents
         self._max_frame_bytes = max_frame_bytes
         self._store = store
         # Clusters split requests by the buckets the other detectors are configured with, so an alert's bucket
@@ -197,9 +200,20 @@ class DetectionPass:
                     continue
                 uses.update(reads.values())
             shared = SharedReads(uses)
-            return [self._evaluate(key, at, plans[key], shared) for key in keys]
+            results = [self._evaluate(key, at, plans[key], shared) for key in keys]
+            self._tie_incidents(at)
+            return results
         finally:
             self._lock.release()
+
+    def _tie_incidents(self, at: datetime) -> None:
+        """The incidents after this pass's alerts and clusters; a failure is logged and never fails the pass."""
+        if self._incidents is None or not self._incidents.config.enabled:
+            return
+        try:
+            self._incidents.run(at)
+        except Exception:
+            log.exception("could not build the incidents as of %s", at.isoformat())
 
     def _evaluate(self, key: str, at: datetime, reads: dict[str, Read] | Exception, shared: SharedReads) -> RunResult:
         spec = get(key)

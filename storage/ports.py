@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -300,6 +300,51 @@ class Alert:
 
 
 @dataclass(frozen=True)
+class Incident:
+    """One row of the `incidents` table: a fault episode and the alerts and clusters it caused."""
+
+    incident_id: str
+    state: str  # open | resolved
+    started_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    severity: str
+    title: str
+    summary: str
+    cause: dict[str, Any]
+    scope: dict[str, list[str]]
+    impact: dict[str, Any]
+    alert_ids: tuple[str, ...]
+    cluster_ids: tuple[str, ...]
+    change_ids: tuple[str, ...]
+    suggested_fix: str | None
+    example_trace_ids: tuple[str, ...]
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("cause", "scope", "impact")
+    LIST_COLUMNS: ClassVar[tuple[str, ...]] = ("alert_ids", "cluster_ids", "change_ids", "example_trace_ids")
+
+    def with_summary(self, summary: str) -> Incident:
+        return replace(self, summary=summary)
+
+    def as_row(self) -> dict[str, Any]:
+        row = dict(self.__dict__)
+        for name in self.JSON_COLUMNS:
+            row[name] = json.dumps(row[name], sort_keys=True)
+        for name in self.LIST_COLUMNS:
+            row[name] = list(row[name])
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Incident:
+        values = {name: row[name] for name in cls.__dataclass_fields__ if name in row}
+        for name in cls.JSON_COLUMNS:
+            values[name] = json.loads(values[name])
+        for name in cls.LIST_COLUMNS:
+            values[name] = tuple(values[name] or ())
+        return cls(**values)
+
+
+@dataclass(frozen=True)
 class FiringState:
     """A detector's state between evaluations: its firing alerts and consecutive breaches, by fingerprint."""
 
@@ -368,6 +413,23 @@ class AlertQueries(Protocol):
     def alerts(self, *, state: str | None = None, detector: str | None = None, limit: int = 100) -> pa.Table: ...
 
     def clusters(self, *, detector: str | None = None, limit: int = 50) -> pa.Table: ...
+
+
+class IncidentStore(Protocol):
+    """What incidents are built from, and where they are kept."""
+
+    def incident_evidence(self, since: datetime) -> tuple[list[Alert], pa.Table]:
+        """The alerts still firing, resolved since `since` or in an incident still open, and the `clusters`
+        rows of the windows ending after `since`."""
+        ...
+
+    def keep_incidents(self, incidents: Sequence[Incident]) -> None:
+        """Store each incident in place of the row with its id."""
+        ...
+
+    def incidents(self, *, state: str | None = None, since: datetime | None = None, limit: int = 100) -> pa.Table:
+        """Incidents updated after `since`, newest first."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -528,6 +590,8 @@ class Storage(Protocol):
     def detector_store(self) -> DetectorStore: ...
     @property
     def alert_queries(self) -> AlertQueries: ...
+    @property
+    def incident_store(self) -> IncidentStore: ...
     @property
     def console_queries(self) -> ConsoleQueries: ...
     @property

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_cr
 from detectors.detection import DetectionPass
 from model.thread_names import name_this_thread
 from storage import export
-from storage.ports import AlertQueries, AnalystSQL, ConsoleQueries, QueryError
+from storage.ports import AlertQueries, AnalystSQL, ConsoleQueries, Incident, IncidentStore, QueryError
 from tailwatch import console as console_pages
 from tailwatch import openapi, result_formats
 from tailwatch.error_body import error as _error
@@ -52,6 +52,7 @@ def api_app(
     *,
     analyst: AnalystSQL | None = None,
     console: ConsoleQueries | None = None,
+    incidents: IncidentStore | None = None,
     token: str | None = None,
     sql_slots: int = 2,
     tls: bool = False,
@@ -92,6 +93,17 @@ def api_app(
             for row in table.to_pylist()
         ]
         return web.json_response({"clusters": rows})
+
+    async def incident_rows(_: web.Request, args: Args) -> web.Response:
+        """Incidents, newest first; `?state=open|resolved`, `?since=ISO8601`, `?limit=N`."""
+        if incidents is None:
+            return _error(503, "unavailable", "incidents are not kept here")
+        table = incidents.incidents(state=args["state"], since=args["since"], limit=args["limit"])
+        rows = [
+            {k: (json.loads(v) if k in Incident.JSON_COLUMNS else _json_value(v)) for k, v in row.items()}
+            for row in table.to_pylist()
+        ]
+        return web.json_response({"incidents": rows})
 
     async def detect(request: web.Request, _: Args) -> web.Response:
         """Evaluate detectors now, or as of `at`, exactly as the scheduler would; returns what they found."""
@@ -136,7 +148,7 @@ def api_app(
     app = web.Application(middlewares=[_bearer(token, open_paths)] if token else [])
     handlers: dict[str, Handler] = {
         "metrics": metrics, "healthz": healthz, "readyz": readyz, "alerts": alerts, "clusters": clusters,
-        "detect": detect,
+        "incidents": incident_rows, "detect": detect,
     }  # fmt: skip
     if sql is not None:
         handlers.update(sql=sql.query, export=sql.export)

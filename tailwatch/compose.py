@@ -22,6 +22,7 @@ from collector.normalize import build_plan
 from collector.otel_traces_follower import Follower
 from collector.scrape import Scraper
 from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
+from detectors.incidents import IncidentMetrics, IncidentPass
 from detectors.notify import Notifier
 from storage.clickhouse.analyst import ClickHouseAnalyst
 from storage.clickhouse.backend import ClickHouseStorage
@@ -162,6 +163,11 @@ def detection_pass(
         sink=sink,
         metrics=DetectorMetrics(registry) if registry is not None else None,
         max_frame_bytes=settings.storage.detection_memory_mb * 2**20,
+        incidents=IncidentPass(
+            storage.incident_store,
+            settings.incidents,
+            metrics=IncidentMetrics(registry) if registry is not None else None,
+        ),
     )
 
 

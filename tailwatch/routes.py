@@ -28,7 +28,7 @@ from tailwatch.routing import (
 )
 
 OPENAPI_PATH = "/openapi.json"
-# /v1/alerts and /v1/clusters answer at most this many rows, whatever `limit` asks.
+# /v1/alerts, /v1/clusters and /v1/incidents answer at most this many rows, whatever `limit` asks.
 ROWS_CAP = 10_000
 # The console's charts: a day unless the URL says otherwise.
 CONSOLE_RANGE = timedelta(hours=24)
@@ -114,6 +114,21 @@ _CORE = [
             "400": _BAD_LIMIT,
         },
         params=(Text("detector", "Only this detector's clusters."), RowLimit(default=50, cap=ROWS_CAP)),
+    ),
+    Route(
+        "GET",
+        "/v1/incidents",
+        "incidents",
+        "Incidents: each fault's alerts and clusters as one story, newest first.",
+        {
+            "200": _rows_of("Incident", "incidents", "Incidents ordered by `updated_at` descending."),
+            "400": refusal("`limit` is not a whole number, 0 or more, or `since` is not ISO 8601 (`bad_request`)."),
+        },
+        params=(
+            Text("state", "Only incidents in this state.", enum=("open", "resolved")),
+            Instant("since", "Only incidents updated after this instant"),
+            RowLimit(default=100, cap=ROWS_CAP),
+        ),
     ),
     Route(
         "POST",

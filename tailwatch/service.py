@@ -131,6 +131,7 @@ class Service:
             self.detection,
             analyst=storage.analyst,
             console=storage.console_queries,
+            incidents=storage.incident_store,
             token=s.api.token.get_secret_value() if s.api.token else None,
             sql_slots=s.sql.max_concurrent,
             tls=(tls := _tls(s)) is not None,

@@ -27,6 +27,7 @@ from pydantic import (
 from collector.decode import Decoder, choose_decoder
 from collector.engine_names import ENGINE_METRICS, EngineNames
 from collector.normalize import NormalizeConfig
+from detectors.incidents import Config as IncidentsConfig
 from detectors.registry import REGISTRY
 from storage.ports import OtelTraces
 
@@ -410,6 +411,7 @@ class Settings(_Section):
     normalize: NormalizeConfig = NormalizeConfig()
     metrics: MetricsSettings = MetricsSettings()
     detectors: DetectorsSettings = DetectorsSettings()
+    incidents: IncidentsConfig = IncidentsConfig()
     alerting: AlertingSettings = AlertingSettings()
     api: ApiSettings = ApiSettings()
     sql: SqlSettings = SqlSettings()

@@ -25,6 +25,8 @@ from waiting import HANG_GUARD
 
 from detectors.alerts import fingerprint
 from detectors.detection import DetectionPass, DetectorMetrics
+from detectors.incidents import Config as IncidentsConfig
+from detectors.incidents import IncidentPass
 from detectors.registry import get
 from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
 from storage.duckdb.backend import DuckDBStorage
@@ -35,6 +37,7 @@ from storage.ports import (
     FiringAlerts,
     FrameBudget,
     FrameTooLarge,
+    Incident,
     Measure,
     Requests,
     RequestSummary,
@@ -568,3 +571,40 @@ def test_the_service_bounds_its_pass_by_storage_detection_memory_mb(tmp_path: Pa
         assert [r.outcome for r in detection_pass(default, storage).run(at, keys)] == ["ok"] * 2
     finally:
         storage.close()
+
+
+def test_incidents_are_built_from_the_stored_evidence_kept_in_place_and_listed_newest_first(empty: Storage) -> None:
+    at = T0 + timedelta(minutes=11)
+    drift = alert("replica_skew", {"replica_id": "r3", "signal": "json_adherence"}, at,
+                  explanation="explained by cluster 00000000000000c1 on score:json_adherence: ...")  # fmt: skip
+    old = alert("replica_skew", {"replica_id": "r9", "signal": "latency_p99"}, at - timedelta(days=3),
+                state="resolved", resolved_at=at - timedelta(days=2), updated_at=at - timedelta(days=2))  # fmt: skip
+    empty.detector_store.persist(evaluation("replica_skew", at, {}, fired=[drift, old]))
+    row = {"window_start": WINDOW.start, "window_end": WINDOW.end, "cluster_id": "00000000000000c1",
+           "detector": "replica_skew", "rank": 1, "signature": '{"replica_id": "r3"}', "size": 40, "support": 0.5,
+           "risk_ratio": 3.0, "score": 0.3, "summary": "replica r3 fails json_adherence 25 % of the time: 10 of 40",
+           "suggested_fix": "drain it", "example_trace_ids": ["t1"], "bad_reason": "x", "symptom": "score:x",
+           "excess": 8.0, "bad": 10}  # fmt: skip
+    run = RunRecord("clusters", at, WINDOW, "ok", 0.1, rows=1, conditions=0)
+    empty.detector_store.persist(EvaluationRecord(run, {"clusters": pl.DataFrame([row])}))
+
+    incidents = IncidentPass(empty.incident_store, IncidentsConfig())
+    [opened] = incidents.run(at)  # the alert resolved days ago is outside the lookback: no incident of its own
+    assert (opened.alert_ids, opened.cluster_ids, opened.impact["bad_requests"]) == (
+        (drift.alert_id,), ("00000000000000c1",), 10,
+    )  # fmt: skip
+    later = at + timedelta(minutes=5)
+    empty.detector_store.persist(
+        evaluation("replica_skew", later, {}, changed=[replace(drift, state="resolved", resolved_at=later,
+                                                               updated_at=later)])
+    )  # fmt: skip
+    [held] = incidents.run(later)
+    [over] = incidents.run(later + timedelta(seconds=IncidentsConfig().hold_off_seconds))
+    assert (held.state, over.state, over.incident_id) == ("open", "resolved", opened.incident_id)
+
+    listed = [Incident.from_row(r) for r in empty.incident_store.incidents().to_pylist()]
+    assert listed == [over]  # one row an incident, the newest version of it
+    assert empty.incident_store.incidents(state="open").num_rows == 0
+    assert over.updated_at == later  # its last alert's resolution
+    assert empty.incident_store.incidents(since=later - timedelta(seconds=1)).num_rows == 1
+    assert empty.incident_store.incidents(since=later).num_rows == 0

@@ -8,6 +8,7 @@ from storage.clickhouse import schema
 from storage.clickhouse.analyst import ClickHouseAnalyst
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
+from storage.clickhouse.incidents import ClickHouseIncidentStore
 from storage.clickhouse.lease import ClickHouseLease
 from storage.clickhouse.otel_source import ClickHouseOtelTraces
 from storage.clickhouse.reads import ClickHouseAlertQueries, ClickHouseConsoleQueries, ClickHouseWindowSource
@@ -46,6 +47,7 @@ class ClickHouseStorage:
         self.windows = ClickHouseWindowSource(client, evaluator)
         self.detector_store = ClickHouseDetectorStore(client, tables)
         self.alert_queries = ClickHouseAlertQueries(client, tables)
+        self.incident_store = ClickHouseIncidentStore(client, tables)
         attributes_from = otel_table if otel_traces != "off" else None
         self.console_queries = ClickHouseConsoleQueries(client, evaluator, tables, otel_table=attributes_from)
         self.analyst = ClickHouseAnalyst(client, evaluator, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)

@@ -16,6 +16,7 @@ from storage.duckdb.console_reads import DuckDBConsoleQueries
 from storage.duckdb.database import open_database
 from storage.duckdb.detector_store import DuckDBDetectorStore
 from storage.duckdb.engine_facts import DuckDBEngineFacts
+from storage.duckdb.incidents import DuckDBIncidentStore
 from storage.duckdb.retention import delete_expired
 from storage.duckdb.scrape_health import DuckDBScrapeHealth
 from storage.duckdb.sql_reader import Reader
@@ -66,6 +67,7 @@ class DuckDBStorage:
         self.windows = DuckDBWindowSource(con)
         self.detector_store = DuckDBDetectorStore(self.windows, writer)
         self.alert_queries = DuckDBAlertQueries(self.windows)
+        self.incident_store = DuckDBIncidentStore(self.windows, writer)
         self.console_queries = DuckDBConsoleQueries(self.windows)
         self.analyst = AnalystQueries(con, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
         self.retention = DuckDBRetention(writer)

@@ -1,0 +1,340 @@
+"""incidents: one story per fault. The alerts and clusters one cause produced, tied together, in the words a
+person paged reads first.
+
+Pure: `build` takes the alerts and clusters of a lookback and returns the incidents they make, as of `at`. The
+rules (docs/incidents.md):
+
+- An incident opens with a firing alert; a cluster alone opens none.
+- Two alerts are one incident when they name the same specific group (a replica, a tenant, a bucket, a variant,
+  a traffic pattern, a prompt bucket: any dimension but `deployment` and `model`) and the later one started
+  within `neighbourhood_seconds` of the earlier one's last evaluation, or when they are one alert firing again
+  (the same fingerprint) within that time: a flapping alert is one incident.
+- An alert and a cluster are one incident when the alert's explanation names the cluster (the cluster holds the
+  alert's group's bad requests), or when the cluster's signature holds the alert's specific group and its
+  window lies within `neighbourhood_seconds` of the alert's firing. A cluster of the same signature found in
+  a window within `neighbourhood_seconds` of another's is the same cause found again.
+- A deployment or model is no cause: two alerts sharing only those stay apart, and an alert naming no specific
+  group joins only the incident of a cluster its explanation names.
+- An incident resolves when every alert in it has resolved and `hold_off_seconds` have passed since the last
+  did; an alert joining it before that keeps it open, the same incident.
+
+Deterministic: the same alerts and clusters give the same incidents, whatever their order; an incident's id is
+that of its earliest alert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+from pydantic import BaseModel, ConfigDict, Field
+
+from detectors.clusters import NOUNS, alert_group
+from storage.ports import Alert, Incident, IncidentStore
+
+# Sharing these says nothing about a cause: a fleet's faults all share its deployment and model.
+BROAD = frozenset({"deployment", "model"})
+SEVERITIES = ("info", "warning", "critical")
+_EXPLAINED_BY = re.compile(r"explained by cluster ([0-9a-f]{16})")
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, description="Tie alerts and clusters into incidents after each detection pass.")
+    neighbourhood_seconds: int = Field(
+        1800, gt=0, description="Alerts on one group this close in time, and clusters this close to them, are one "
+        "incident."
+    )  # fmt: skip
+    hold_off_seconds: int = Field(
+        900, ge=0, description="An incident resolves this long after its last alert did; a re-fire before that "
+        "keeps it open."
+    )  # fmt: skip
+    lookback_hours: float = Field(
+        24.0, gt=0, description="Alerts resolved and clusters found this long ago are still read to build incidents."
+    )
+    examples: int = Field(5, ge=0, description="Example traces an incident lists.")
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    """What an incident reads of a `clusters` row."""
+
+    cluster_id: str
+    window_start: datetime
+    window_end: datetime
+    signature: dict[str, str]
+    size: int
+    bad: int | None
+    excess: float | None
+    symptom: str | None
+    summary: str
+    suggested_fix: str
+    example_trace_ids: tuple[str, ...]
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ClusterRow:
+        return cls(
+            cluster_id=str(row["cluster_id"]), window_start=row["window_start"], window_end=row["window_end"],
+            signature=json.loads(row["signature"]), size=int(row["size"]), bad=row.get("bad"),
+            excess=row.get("excess"), symptom=row.get("symptom"), summary=str(row["summary"]),
+            suggested_fix=str(row["suggested_fix"]), example_trace_ids=tuple(row.get("example_trace_ids") or ()),
+        )  # fmt: skip
+
+
+def specific(alert: Alert) -> dict[str, str]:
+    """The group an alert names, less what names no cause (deployment, model)."""
+    return {k: v for k, v in alert_group(alert.detector, alert.labels).items() if k not in BROAD}
+
+
+def explained_by(alert: Alert) -> str | None:
+    """The cluster an alert's explanation names, if it names one."""
+    found = _EXPLAINED_BY.search(alert.explanation or "")
+    return found.group(1) if found else None
+
+
+def _last_seen(alert: Alert) -> datetime:
+    """When the alert was last evaluated firing: its resolution, or its latest refresh."""
+    return alert.resolved_at or alert.updated_at
+
+
+def _holds(cluster: ClusterRow, group: Mapping[str, str]) -> bool:
+    return bool(group) and all(cluster.signature.get(k) == v for k, v in group.items())
+
+
+def _near(cluster: ClusterRow, alert: Alert, reach: timedelta) -> bool:
+    return cluster.window_end >= alert.started_at - reach and cluster.window_start <= _last_seen(alert) + reach
+
+
+class _Parts:
+    """Union-find over alerts and clusters, by id."""
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        self._up = {i: i for i in ids}
+
+    def find(self, i: str) -> str:
+        while self._up[i] != i:
+            self._up[i] = self._up[self._up[i]]
+            i = self._up[i]
+        return i
+
+    def join(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self._up[max(ra, rb)] = min(ra, rb)
+
+
+def build(alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Config, at: datetime) -> list[Incident]:
+    """The incidents the alerts and clusters make as of `at`, oldest first."""
+    reach = timedelta(seconds=config.neighbourhood_seconds)
+    alerts = sorted(alerts, key=lambda a: (a.started_at, a.alert_id))
+    by_cluster = {c.cluster_id: c for c in clusters}
+    parts = _Parts([*(f"a:{a.alert_id}" for a in alerts), *(f"c:{c}" for c in by_cluster)])
+    groups = {a.alert_id: specific(a) for a in alerts}
+    for i, a in enumerate(alerts):
+        for b in alerts[i + 1 :]:
+            if b.started_at > _last_seen(a) + reach:
+                continue
+            same_group = groups[a.alert_id] and groups[a.alert_id].items() & groups[b.alert_id].items()
+            if same_group or a.fingerprint == b.fingerprint:
+                parts.join(f"a:{a.alert_id}", f"a:{b.alert_id}")
+        named = explained_by(a)
+        if named in by_cluster:
+            parts.join(f"a:{a.alert_id}", f"c:{named}")
+        for c in clusters:
+            if _holds(c, groups[a.alert_id]) and _near(c, a, reach):
+                parts.join(f"a:{a.alert_id}", f"c:{c.cluster_id}")
+    # One group found again in the windows after: the same cause, as long as it keeps being found.
+    ordered = sorted(clusters, key=lambda c: (c.window_end, c.cluster_id))
+    for i, c in enumerate(ordered):
+        for d in ordered[i + 1 :]:
+            if d.signature == c.signature and d.window_start <= c.window_end + reach:
+                parts.join(f"c:{c.cluster_id}", f"c:{d.cluster_id}")
+    members: dict[str, tuple[list[Alert], list[ClusterRow]]] = {}
+    for a in alerts:  # oldest first: an incident's first alert is its earliest
+        members.setdefault(parts.find(f"a:{a.alert_id}"), ([], []))[0].append(a)
+    for c in ordered:
+        root = parts.find(f"c:{c.cluster_id}")
+        if root in members:  # a cluster that no alert ties to opens nothing
+            members[root][1].append(c)
+    incidents = [_incident(a, c, config, at) for a, c in members.values()]
+    return sorted(incidents, key=lambda i: (i.started_at, i.incident_id))
+
+
+def _incident(alerts: list[Alert], clusters: list[ClusterRow], config: Config, at: datetime) -> Incident:
+    first = alerts[0]
+    resolved = [a.resolved_at for a in alerts if a.resolved_at is not None]
+    last_resolved = max(resolved) if len(resolved) == len(alerts) else None
+    hold_off = timedelta(seconds=config.hold_off_seconds)
+    over = last_resolved is not None and at >= last_resolved + hold_off
+    strongest = max(clusters, key=lambda c: (c.excess or 0.0, c.size, c.cluster_id), default=None)
+    severity = max((a.severity for a in alerts), key=_rank)
+    scope = _scope(alerts, clusters)
+    impact = _impact(alerts, clusters, scope)
+    title = _title(first, strongest, scope)
+    examples: list[str] = []
+    for c in sorted(clusters, key=lambda c: -(c.excess or 0.0)):
+        examples += [t for t in c.example_trace_ids if t not in examples]
+    incident = Incident(
+        incident_id=hashlib.sha256(f"incident/{first.alert_id}".encode()).hexdigest()[:16],
+        state="resolved" if over else "open",
+        started_at=first.started_at,
+        updated_at=max([*(a.updated_at for a in alerts), *(c.window_end for c in clusters)]),
+        resolved_at=last_resolved if over else None,
+        severity=severity,
+        title=title,
+        summary="",
+        cause=_cause(first, strongest),
+        scope=scope,
+        impact=impact,
+        alert_ids=tuple(a.alert_id for a in alerts),
+        cluster_ids=tuple(c.cluster_id for c in clusters),
+        change_ids=(),
+        suggested_fix=strongest.suggested_fix if strongest else None,
+        example_trace_ids=tuple(examples[: config.examples]),
+    )
+    return incident.with_summary(_summary(incident, alerts, strongest, at))
+
+
+def _rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else 0
+
+
+def _named(group: Mapping[str, str]) -> str:
+    return ", ".join(f"{NOUNS[k]} {v}" if k in NOUNS else f"{k}={v}" for k, v in sorted(group.items()))
+
+
+def _lead(text: str) -> str:
+    """The plain fact a summary leads with: up to its first clause of counts or statistics."""
+    for stop in (": ", " (", "; ", ". "):
+        if stop in text:
+            text = text[: text.index(stop)]
+    return text.strip().rstrip(".")
+
+
+def _fact(group: Mapping[str, str], text: str) -> str:
+    """`group: what happened`, the summary's own naming of the group taken off its front."""
+    named, fact = _named(group), _lead(text)
+    for prefix in (f"{named} ", f"{named}: ", f"requests with {named} "):
+        fact = fact.removeprefix(prefix)
+    return f"{named}: {fact}"
+
+
+def _title(first: Alert, strongest: ClusterRow | None, scope: Mapping[str, list[str]]) -> str:
+    """The cause first: the strongest cluster's group, where (replicas) when the group does not say, and what."""
+    if strongest is None:
+        group = specific(first) or alert_group(first.detector, first.labels)
+        return _fact(group, first.summary) if group else f"{first.detector}: {_lead(first.summary)}"
+    title = _fact(strongest.signature, strongest.summary)
+    replicas = scope["replicas"]
+    if "replica_id" not in strongest.signature and 0 < len(replicas) <= 3:
+        where = f" on replica{'s' if len(replicas) > 1 else ''} {', '.join(replicas)}"
+        named = _named(strongest.signature)
+        title = named + where + title[len(named) :]
+    return title
+
+
+def _cause(first: Alert, strongest: ClusterRow | None) -> dict[str, Any]:
+    if strongest is not None:
+        return {"signature": strongest.signature, "symptom": strongest.symptom, "cluster_id": strongest.cluster_id}
+    group = alert_group(first.detector, first.labels)
+    return {"signature": group, "symptom": first.labels.get("signal"), "alert_id": first.alert_id}
+
+
+_SCOPE = {"tenant_id": "tenants", "replica_id": "replicas", "deployment": "deployments", "model": "models"}
+
+
+def _scope(alerts: list[Alert], clusters: list[ClusterRow]) -> dict[str, list[str]]:
+    seen: dict[str, set[str]] = {name: set() for name in _SCOPE.values()}
+    groups = [alert_group(a.detector, a.labels) for a in alerts] + [c.signature for c in clusters]
+    for group in groups:
+        for key, name in _SCOPE.items():
+            if key in group:
+                seen[name].add(group[key])
+    return {name: sorted(values) for name, values in seen.items()}
+
+
+def _impact(alerts: list[Alert], clusters: list[ClusterRow], scope: Mapping[str, list[str]]) -> dict[str, Any]:
+    # A window's clusters are one cause seen several ways: its largest speaks for the window's requests.
+    per_window: dict[tuple[datetime, datetime], ClusterRow] = {}
+    for c in clusters:
+        key = (c.window_start, c.window_end)
+        if key not in per_window or (c.size, c.bad or 0) > (per_window[key].size, per_window[key].bad or 0):
+            per_window[key] = c
+    burned = [a.value for a in alerts if a.detector == "slo_burn" and a.value is not None]
+    return {
+        "requests": sum(c.size for c in per_window.values()) if per_window else None,
+        "bad_requests": sum(c.bad or 0 for c in per_window.values()) if per_window else None,
+        "tenants": len(scope["tenants"]),
+        "replicas": len(scope["replicas"]),
+        "slo_burn_rate": max(burned) if burned else None,
+    }
+
+
+def _clock(t: datetime) -> str:
+    return t.strftime("%H:%M UTC")
+
+
+def _summary(incident: Incident, alerts: list[Alert], strongest: ClusterRow | None, at: datetime) -> str:
+    end = incident.resolved_at or at
+    minutes = int((end - incident.started_at).total_seconds() // 60)
+    state = f"resolved at {_clock(incident.resolved_at)}" if incident.resolved_at else "still open"
+    out = [f"Since {_clock(incident.started_at)} on {incident.started_at:%Y-%m-%d} ({minutes} min, {state})."]
+    peak = max(
+        (a for a in alerts if a.value is not None and a.threshold),
+        key=lambda a: (a.value or 0.0) / (a.threshold or 1.0),
+        default=None,
+    )
+    if peak is not None:
+        out.append(f"Peak: {peak.detector} at {peak.value:.3g} against {peak.threshold:.3g}.")
+    impact, scope = incident.impact, incident.scope
+    if impact["requests"] is not None:
+        out.append(f"Requests in the groups found: {impact['requests']:,}, {impact['bad_requests']:,} of them bad.")
+    touched = [f"{name} {', '.join(scope[name])}" for name in ("tenants", "replicas") if scope[name]]
+    if touched:
+        out.append("Touched: " + "; ".join(touched) + ".")
+    if impact["slo_burn_rate"] is not None:
+        out.append(f"SLO budget burning at {impact['slo_burn_rate']:.3g}x.")
+    firing = sum(a.state == "firing" for a in alerts)
+    out.append(f"Alerts: {len(alerts)} ({firing} firing): " + "; ".join(_lead(a.summary) for a in alerts[:5]) + ".")
+    if strongest is not None:
+        out.append(f"Strongest evidence: {strongest.summary}")
+        out.append(f"Fix first: {strongest.suggested_fix}")
+    return " ".join(out)
+
+
+class IncidentMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.open = Gauge(
+            "tailwatch_incidents_open", "Incidents open after the last pass, by severity.", ["severity"],
+            registry=registry,
+        )  # fmt: skip
+
+    def show(self, incidents: Sequence[Incident]) -> None:
+        for severity in SEVERITIES:
+            self.open.labels(severity).set(sum(i.state == "open" and i.severity == severity for i in incidents))
+
+
+class IncidentPass:
+    """After a detection pass: the incidents of the lookback built again from what is stored, and kept."""
+
+    def __init__(self, store: IncidentStore, config: Config, *, metrics: IncidentMetrics | None = None) -> None:
+        self._store = store
+        self.config = config
+        self._metrics = metrics
+
+    def run(self, at: datetime) -> list[Incident]:
+        alerts, table = self._store.incident_evidence(at - timedelta(hours=self.config.lookback_hours))
+        # A pass as of an earlier time (a replay) sees what had begun by then, not what came after.
+        clusters = [c for c in map(ClusterRow.from_row, table.to_pylist()) if c.window_end <= at]
+        incidents = build([a for a in alerts if a.started_at <= at], clusters, self.config, at)
+        self._store.keep_incidents(incidents)
+        if self._metrics is not None:
+            self._metrics.show(incidents)
+        return incidents

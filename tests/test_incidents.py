@@ -1,0 +1,203 @@
+"""Incidents: which alerts and clusters are one fault, when it resolves, and what it says (detectors/incidents.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import urllib.request
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from conftest import RunningService, service_settings
+from waiting import HANG_GUARD
+
+from detectors.alerts import fingerprint
+from detectors.incidents import ClusterRow, Config, build
+from simulator import model, simulate
+from storage.ports import Alert
+
+T0 = datetime(2026, 11, 28, 12, 0)
+CONFIG = Config()
+_ids = itertools.count()
+
+
+def alert(
+    detector: str, labels: dict[str, str], started: int, *, resolved: int | None = None, updated: int | None = None,
+    explanation: str | None = None, severity: str = "warning", value: float = 2.0,
+) -> Alert:  # fmt: skip
+    """An alert that started `started` minutes after T0 (and resolved `resolved` minutes after it)."""
+    start = T0 + timedelta(minutes=started)
+    end = T0 + timedelta(minutes=resolved) if resolved is not None else None
+    return Alert(
+        alert_id=f"a{next(_ids):03d}", detector=detector, fingerprint=fingerprint(detector, labels), severity=severity,
+        state="resolved" if end else "firing", labels=labels, summary=f"{detector} on {labels}", value=value,
+        threshold=1.5, window_start=start - timedelta(minutes=5), window_end=start, started_at=start,
+        resolved_at=end, updated_at=end or T0 + timedelta(minutes=updated if updated is not None else started),
+        explanation=explanation,
+    )  # fmt: skip
+
+
+def cluster(cluster_id: str, signature: dict[str, str], ends: int, *, size: int = 100, bad: int = 30) -> ClusterRow:
+    end = T0 + timedelta(minutes=ends)
+    return ClusterRow(
+        cluster_id=cluster_id, window_start=end - timedelta(minutes=5), window_end=end, signature=signature,
+        size=size, bad=bad, excess=bad * 0.8, symptom="latency_tail",
+        summary=f"{', '.join(f'{k}={v}' for k, v in signature.items())} is slow 30 % of the time: {bad} of {size}",
+        suggested_fix="do the thing", example_trace_ids=(f"t-{cluster_id}",),
+    )  # fmt: skip
+
+
+R3 = {"replica_id": "r3", "signal": "json_adherence"}
+SMALLCO = {"tenant_id": "smallco", "signal": "latency_p99"}
+AT = T0 + timedelta(minutes=20)
+
+
+def test_three_faults_in_one_fleet_are_three_incidents_each_with_its_alerts_and_clusters() -> None:
+    drift = alert("replica_skew", R3, 0, explanation="explained by cluster 00000000000000c1 on score: ...")
+    neighbour = alert("tenant_fairness", SMALLCO, 5)
+    kv = alert("cache_curve", {"bucket": "low", "signal": "groundedness"}, 5)
+    clusters = [
+        cluster("00000000000000c1", {"replica_id": "r3"}, 5),
+        cluster("00000000000000c2", {"tenant_id": "smallco"}, 10),
+        cluster("00000000000000c3", {"cache_bucket": "low"}, 10),
+        cluster("00000000000000c4", {"provider": "x"}, 10),  # ties to no alert: opens nothing
+    ]
+    incidents = build([drift, neighbour, kv], clusters, CONFIG, AT)
+    assert [(i.alert_ids, i.cluster_ids) for i in incidents] == [
+        ((drift.alert_id,), ("00000000000000c1",)),
+        ((neighbour.alert_id,), ("00000000000000c2",)),
+        ((kv.alert_id,), ("00000000000000c3",)),
+    ]
+    assert [i.title.split(":")[0] for i in incidents] == ["replica r3", "tenant smallco", "cache_bucket=low"]
+    assert all(i.state == "open" for i in incidents)
+
+
+def test_sharing_only_a_deployment_or_model_does_not_join_two_faults() -> None:
+    first = alert("token_latency", {"deployment": "d", "model": "m", "tenant_id": "a"}, 0)
+    second = alert("token_latency", {"deployment": "d", "model": "m", "tenant_id": "b"}, 2)
+    assert len(build([first, second], [], CONFIG, AT)) == 2
+
+
+def test_a_deployment_wide_alert_joins_only_the_incident_of_the_cluster_it_explains() -> None:
+    drift = alert("replica_skew", R3, 0)
+    wide = alert("quantization_delta", {"model": "m", "quantization": "int4", "signal": "json_adherence"}, 1,
+                 explanation="explained by cluster 00000000000000c1 on score:json_adherence: ...")  # fmt: skip
+    other = alert("token_latency", {"deployment": "d", "model": "m"}, 1)
+    incidents = build([drift, wide, other], [cluster("00000000000000c1", {"replica_id": "r3"}, 5)], CONFIG, AT)
+    assert sorted(i.alert_ids for i in incidents) == [(drift.alert_id, wide.alert_id), (other.alert_id,)]
+
+
+def test_a_cluster_holding_an_alerts_group_joins_it_only_near_the_alert_in_time() -> None:
+    drift = alert("replica_skew", R3, 0, updated=10)
+    near = cluster("00000000000000c1", {"replica_id": "r3", "tenant_id": "a"}, 35)  # 25 min after its last pass
+    far = cluster("00000000000000c2", {"replica_id": "r3"}, 50)
+    [incident] = build([drift], [near, far], CONFIG, AT + timedelta(minutes=40))
+    assert incident.cluster_ids == ("00000000000000c1",)
+
+
+def test_a_flapping_alert_is_one_incident_that_resolves_after_the_hold_off() -> None:
+    flaps = [alert("replica_skew", R3, m, resolved=m + 5) for m in (0, 10, 20)]
+    assert len({a.fingerprint for a in flaps}) == 1
+    at_end = T0 + timedelta(minutes=25)
+    [held] = build(flaps, [], CONFIG, at_end + timedelta(seconds=CONFIG.hold_off_seconds - 1))
+    assert (held.state, held.resolved_at, held.alert_ids) == ("open", None, tuple(a.alert_id for a in flaps))
+    [over] = build(flaps, [], CONFIG, at_end + timedelta(seconds=CONFIG.hold_off_seconds))
+    assert (over.state, over.resolved_at, over.incident_id) == ("resolved", at_end, held.incident_id)
+
+
+def test_a_refire_after_the_neighbourhood_is_a_new_incident() -> None:
+    first = alert("replica_skew", R3, 0, resolved=5)
+    later = alert("replica_skew", R3, 5 + CONFIG.neighbourhood_seconds // 60 + 1)
+    assert len(build([first, later], [], CONFIG, AT + timedelta(hours=1))) == 2
+
+
+def test_incidents_are_the_same_whatever_the_order_of_the_evidence() -> None:
+    alerts = [alert("replica_skew", R3, 0), alert("tenant_fairness", SMALLCO, 1), alert("replica_skew", R3, 9)]
+    clusters = [
+        cluster("00000000000000c1", {"replica_id": "r3"}, 5),
+        cluster("00000000000000c2", {"tenant_id": "smallco"}, 5),
+    ]
+    expected = build(alerts, clusters, CONFIG, AT)
+    assert len(expected) == 2
+    for a_order in itertools.permutations(alerts):
+        assert build(list(a_order), clusters[::-1], CONFIG, AT) == expected
+
+
+def test_an_incident_says_its_cause_scope_impact_severity_and_fix() -> None:
+    kv = [alert("replica_skew", {"replica_id": r, "signal": "groundedness"}, 0, severity=s, value=v,
+                explanation="explained by cluster 00000000000000c3 on score:groundedness, which holds ...")
+          for r, s, v in (("r0", "warning", 2.0), ("r1", "critical", 4.5))]  # fmt: skip
+    slo = alert("slo_burn", {"slo": "latency", "tenant_id": "a"}, 1, value=14.4,
+                explanation="explained by cluster 00000000000000c3 on latency_tail: ...")  # fmt: skip
+    clusters = [
+        cluster("00000000000000c3", {"cache_bucket": "low"}, 5, size=400, bad=390),
+        cluster("00000000000000c4", {"cache_bucket": "low"}, 10, size=300, bad=280),
+        cluster("00000000000000c5", {"replica_id": "r0"}, 10, size=200, bad=150),  # the same window: not added twice
+    ]
+    [incident] = build([*kv, slo], clusters, CONFIG, AT)
+    assert incident.title.startswith("cache_bucket=low on replicas r0, r1: ")
+    assert incident.severity == "critical"
+    assert incident.cause == {"signature": {"cache_bucket": "low"}, "symptom": "latency_tail",
+                              "cluster_id": "00000000000000c3"}  # fmt: skip
+    assert incident.scope == {"tenants": ["a"], "replicas": ["r0", "r1"], "deployments": [], "models": []}
+    assert incident.impact == {"requests": 700, "bad_requests": 670, "tenants": 1, "replicas": 2, "slo_burn_rate": 14.4}
+    assert incident.suggested_fix == "do the thing"
+    assert incident.example_trace_ids[0] == "t-00000000000000c3"
+    assert "Peak: slo_burn at 14.4 against 1.5" in incident.summary
+    assert "Requests in the groups found: 700, 670 of them bad." in incident.summary
+    json.dumps(incident.as_row(), default=str)  # storable as it is
+
+
+def test_a_cluster_alone_opens_no_incident_and_no_alerts_none() -> None:
+    assert build([], [cluster("00000000000000c1", {"replica_id": "r3"}, 5)], CONFIG, AT) == []
+
+
+def test_an_incident_is_named_by_its_first_alert_and_keeps_that_id_as_it_grows() -> None:
+    first = alert("replica_skew", R3, 0)
+    [alone] = build([first], [], CONFIG, AT)
+    grown = build([first, replace(alert("replica_skew", R3, 3), fingerprint="other")], [], CONFIG, AT)
+    assert [i.incident_id for i in grown] == [alone.incident_id]
+
+
+def simulated(db: Path, scenario: str) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+    """`scenario` sent to a real service, one detection pass after it: the incidents `GET /v1/incidents` lists,
+    the `/metrics` text and the OpenAPI document."""
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30)
+    shape: dict[str, Any] = {"seed": 7, "end": end, "history_hours": 2.0, "history_rate": 0.1, "rate": 3.0}
+    with RunningService(service_settings(db, scheduler=False, metrics={"interval_seconds": 5})) as svc:
+        simulate.run([scenario], endpoint=svc.grpc_target, protocol="grpc", **shape)
+        detection = svc.service.detection
+        assert detection is not None
+        detection.run(end + timedelta(seconds=30))
+
+        def get(path: str) -> Any:
+            with urllib.request.urlopen(svc.api_url + path, timeout=HANG_GUARD) as response:
+                body = response.read().decode()
+            return json.loads(body) if path != "/metrics" else body
+
+        return get("/v1/incidents?state=open")["incidents"], get("/metrics"), get("/openapi.json")
+
+
+def test_three_simultaneous_causes_are_three_open_incidents_each_naming_its_cause(tmp_path: Path) -> None:
+    incidents, metrics, openapi = simulated(tmp_path / "three.duckdb", "three_causes")
+    by_cause = {i["title"].split(":")[0]: i for i in incidents}
+    r0, r1, r3 = (model.pod(r) for r in ("r0", "r1", "r3"))
+    assert set(by_cause) == {f"replica {r3}", "tenant smallco", f"cache_bucket=low on replicas {r0}, {r1}"}
+    assert by_cause[f"replica {r3}"]["scope"]["replicas"] == [r3]
+    assert by_cause["tenant smallco"]["scope"]["tenants"] == ["smallco"]
+    kv = by_cause[f"cache_bucket=low on replicas {r0}, {r1}"]
+    assert len(kv["alert_ids"]) == 3  # cache_curve's low bucket, replica_skew on each pod
+    assert kv["impact"]["bad_requests"] > 0 and kv["suggested_fix"].startswith("KV-cache pressure")
+    for incident in incidents:
+        assert incident["state"] == "open" and incident["cluster_ids"] and incident["example_trace_ids"]
+        assert incident["summary"].startswith("Since ")
+    assert 'tailwatch_incidents_open{severity="warning"} 3.0' in metrics
+    assert "/v1/incidents" in openapi["paths"] and "Incident" in openapi["components"]["schemas"]
+
+
+def test_healthy_traffic_opens_no_incident(tmp_path: Path) -> None:
+    incidents, metrics, _ = simulated(tmp_path / "steady.duckdb", "steady")
+    assert incidents == []
+    assert 'tailwatch_incidents_open{severity="warning"} 0.0' in metrics
