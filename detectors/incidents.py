@@ -27,16 +27,19 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import polars as pl
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
 from detectors.clusters import NOUNS, alert_group
-from storage.ports import Alert, Incident, IncidentStore
+from storage.ports import Alert, Incident, IncidentStore, Requests, Window, WindowSource
+
+_KEPT = 10_000  # incidents of one lookback, far more than a fleet has
 
 # Sharing these says nothing about a cause: a fleet's faults all share its deployment and model.
 BROAD = frozenset({"deployment", "model"})
@@ -130,8 +133,15 @@ class _Parts:
             self._up[max(ra, rb)] = min(ra, rb)
 
 
-def build(alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Config, at: datetime) -> list[Incident]:
-    """The incidents the alerts and clusters make as of `at`, oldest first."""
+EngineOf = Callable[[Incident], Mapping[str, Any]]
+
+
+def build(
+    alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Config, at: datetime,
+    engine_of: EngineOf = lambda _: {},
+) -> list[Incident]:  # fmt: skip
+    """The incidents the alerts and clusters make as of `at`, oldest first; `engine_of` says what the engines
+    showed during one (`engine_during`), for its summary."""
     reach = timedelta(seconds=config.neighbourhood_seconds)
     alerts = sorted(alerts, key=lambda a: (a.started_at, a.alert_id))
     by_cluster = {c.cluster_id: c for c in clusters}
@@ -163,11 +173,13 @@ def build(alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Confi
         root = parts.find(f"c:{c.cluster_id}")
         if root in members:  # a cluster that no alert ties to opens nothing
             members[root][1].append(c)
-    incidents = [_incident(a, c, config, at) for a, c in members.values()]
+    incidents = [_incident(a, c, config, at, engine_of) for a, c in members.values()]
     return sorted(incidents, key=lambda i: (i.started_at, i.incident_id))
 
 
-def _incident(alerts: list[Alert], clusters: list[ClusterRow], config: Config, at: datetime) -> Incident:
+def _incident(
+    alerts: list[Alert], clusters: list[ClusterRow], config: Config, at: datetime, engine_of: EngineOf
+) -> Incident:
     first = alerts[0]
     resolved = [a.resolved_at for a in alerts if a.resolved_at is not None]
     last_resolved = max(resolved) if len(resolved) == len(alerts) else None
@@ -184,7 +196,7 @@ def _incident(alerts: list[Alert], clusters: list[ClusterRow], config: Config, a
     incident = Incident(
         incident_id=hashlib.sha256(f"incident/{first.alert_id}".encode()).hexdigest()[:16],
         state="resolved" if over else "open",
-        started_at=first.started_at,
+        started_at=began(alerts, clusters),
         updated_at=max([*(a.updated_at for a in alerts), *(c.window_end for c in clusters)]),
         resolved_at=last_resolved if over else None,
         severity=severity,
@@ -193,13 +205,22 @@ def _incident(alerts: list[Alert], clusters: list[ClusterRow], config: Config, a
         cause=_cause(first, strongest),
         scope=scope,
         impact=impact,
+        engine={},
         alert_ids=tuple(a.alert_id for a in alerts),
         cluster_ids=tuple(c.cluster_id for c in clusters),
         change_ids=(),
         suggested_fix=strongest.suggested_fix if strongest else None,
         example_trace_ids=tuple(examples[: config.examples]),
     )
-    return incident.with_summary(_summary(incident, alerts, strongest, at))
+    incident = replace(incident, engine=dict(engine_of(incident)))
+    return replace(incident, summary=_summary(incident, alerts, strongest, at))
+
+
+def began(alerts: Sequence[Alert], clusters: Sequence[ClusterRow]) -> datetime:
+    """When the fault began: the start of the earliest window its evidence was seen in. An alert fires at the end
+    of the window it breached in, so it began a window (its detector's, as the alert's window spans) before."""
+    firsts = [a.started_at - (a.window_end - a.window_start) for a in alerts]
+    return min(firsts + [c.window_start for c in clusters])
 
 
 def _rank(severity: str) -> int:
@@ -303,10 +324,76 @@ def _summary(incident: Incident, alerts: list[Alert], strongest: ClusterRow | No
         out.append(f"SLO budget burning at {impact['slo_burn_rate']:.3g}x.")
     firing = sum(a.state == "firing" for a in alerts)
     out.append(f"Alerts: {len(alerts)} ({firing} firing): " + "; ".join(_lead(a.summary) for a in alerts[:5]) + ".")
+    if incident.engine:
+        out.append(_engine_said(incident.engine))
     if strongest is not None:
         out.append(f"Strongest evidence: {strongest.summary}")
         out.append(f"Fix first: {strongest.suggested_fix}")
     return " ".join(out)
+
+
+# What an incident's summary says the engines showed: the request model's engine facts, as its requests met them.
+ENGINE_COLUMNS = ("replica_id", "end_time", "queue_depth", "kv_cache_usage", "preemptions", "cache_hit_ratio")
+ENGINE_HOUR = timedelta(hours=1)
+
+
+def engine_window(incident: Incident, at: datetime) -> tuple[datetime, datetime, datetime]:
+    """The hour before an incident, and its first hour (to its end or `at` if sooner): (before, start, end)."""
+    start = incident.started_at
+    end = min(incident.resolved_at or at, at, start + ENGINE_HOUR)
+    return start - ENGINE_HOUR, start, max(end, start)
+
+
+def engine_during(requests: pl.DataFrame, incident: Incident, at: datetime) -> dict[str, Any]:
+    """Its replicas' engine facts (the fleet's where it names none) in its first hour against the hour before:
+    mean queue depth and KV-cache usage, the share of requests preempted, the mean cache hit ratio, and the
+    queue by replica during it. Empty where no request of either hour has an engine fact."""
+    before, start, end = engine_window(incident, at)
+    replicas = incident.scope["replicas"]
+    mine = requests.filter(pl.col("replica_id").is_in(replicas)) if replicas else requests
+    hours = {
+        "during": mine.filter((pl.col("end_time") >= start) & (pl.col("end_time") < end)),
+        "before": mine.filter((pl.col("end_time") >= before) & (pl.col("end_time") < start)),
+    }
+    figures = {
+        "queue_depth": pl.col("queue_depth").cast(pl.Float64).mean(),
+        "kv_cache_usage": pl.col("kv_cache_usage").mean(),
+        "preempted_share": (pl.col("preemptions") > 0).cast(pl.Float64).mean(),
+        "cache_hit_ratio": pl.col("cache_hit_ratio").mean(),
+    }
+    out: dict[str, Any] = {}
+    for name, expr in figures.items():
+        values = {hour: frame.select(expr).item() for hour, frame in hours.items()}
+        if any(v is not None for v in values.values()):
+            out[name] = values
+    if not out:
+        return {}
+    queues = (
+        hours["during"].group_by("replica_id").agg(pl.col("queue_depth").cast(pl.Float64).mean())
+        .drop_nulls().sort(["queue_depth", "replica_id"], descending=[True, False]).head(3)
+    )  # fmt: skip
+    out["queue_by_replica"] = dict(zip(queues["replica_id"].to_list(), queues["queue_depth"].to_list(), strict=True))
+    return out
+
+
+_ENGINE_WORDS = {
+    "queue_depth": ("queue depth", "{:.3g}"),
+    "kv_cache_usage": ("KV-cache usage", "{:.0%}"),
+    "preempted_share": ("preempted", "{:.0%}"),
+    "cache_hit_ratio": ("cache hits", "{:.0%}"),
+}
+
+
+def _engine_said(engine: Mapping[str, Any]) -> str:
+    said = []
+    for name, (words, form) in _ENGINE_WORDS.items():
+        if name in engine:
+            during, before = ("none" if engine[name][h] is None else form.format(engine[name][h])
+                              for h in ("during", "before"))  # fmt: skip
+            said.append(f"{words} {during} against {before}")
+    queues = ", ".join(f"{r} {q:.3g}" for r, q in engine.get("queue_by_replica", {}).items())
+    tail = f" (queue by replica: {queues})" if queues else ""
+    return "Engines in its first hour against the hour before: " + "; ".join(said) + tail + "."
 
 
 class IncidentMetrics:
@@ -322,19 +409,53 @@ class IncidentMetrics:
 
 
 class IncidentPass:
-    """After a detection pass: the incidents of the lookback built again from what is stored, and kept."""
+    """After a detection pass: the incidents of the lookback built again from what is stored, and those that
+    changed kept. What the engines showed is read once an incident's first hour is over no more."""
 
-    def __init__(self, store: IncidentStore, config: Config, *, metrics: IncidentMetrics | None = None) -> None:
+    def __init__(
+        self, store: IncidentStore, config: Config, *, source: WindowSource | None = None,
+        metrics: IncidentMetrics | None = None,
+    ) -> None:  # fmt: skip
         self._store = store
+        self._source = source
         self.config = config
         self._metrics = metrics
 
     def run(self, at: datetime) -> list[Incident]:
-        alerts, table = self._store.incident_evidence(at - timedelta(hours=self.config.lookback_hours))
+        since = at - timedelta(hours=self.config.lookback_hours)
+        alerts, table = self._store.incident_evidence(since)
         # A pass as of an earlier time (a replay) sees what had begun by then, not what came after.
+        alerts = [a for a in alerts if a.started_at <= at]
         clusters = [c for c in map(ClusterRow.from_row, table.to_pylist()) if c.window_end <= at]
-        incidents = build([a for a in alerts if a.started_at <= at], clusters, self.config, at)
-        self._store.keep_incidents(incidents)
+        kept = {
+            i.incident_id: i
+            for i in map(Incident.from_row, self._store.incidents(since=since, limit=_KEPT).to_pylist())
+        }
+        draft = build(alerts, clusters, self.config, at)
+        engine = self._engine(draft, kept, at)
+        incidents = build(alerts, clusters, self.config, at, lambda i: engine.get(i.incident_id, {}))
+        self._store.keep_incidents([i for i in incidents if kept.get(i.incident_id) != i])
         if self._metrics is not None:
             self._metrics.show(incidents)
         return incidents
+
+    def _engine(self, draft: list[Incident], kept: Mapping[str, Incident], at: datetime) -> dict[str, Any]:
+        """Each incident's engine facts: kept where they were read after its first hour, read again otherwise."""
+        out: dict[str, Any] = {}
+        due = []
+        for incident in draft:
+            stored = kept.get(incident.incident_id)
+            settled = stored is not None and stored.updated_at >= incident.started_at + ENGINE_HOUR
+            if settled and stored is not None:
+                out[incident.incident_id] = stored.engine
+            else:
+                due.append(incident)
+        if not due or self._source is None:
+            return out
+        windows = [engine_window(i, at) for i in due]
+        read = Requests(Window(min(w[0] for w in windows), max(w[2] for w in windows)), ENGINE_COLUMNS)
+        frame = pl.from_arrow(read.fetch(self._source))
+        assert isinstance(frame, pl.DataFrame)
+        for incident in due:
+            out[incident.incident_id] = engine_during(frame, incident, at)
+        return out

@@ -314,17 +314,15 @@ class Incident:
     cause: dict[str, Any]
     scope: dict[str, list[str]]
     impact: dict[str, Any]
+    engine: dict[str, Any]  # its replicas' engine facts in its first hour against the hour before
     alert_ids: tuple[str, ...]
     cluster_ids: tuple[str, ...]
     change_ids: tuple[str, ...]
     suggested_fix: str | None
     example_trace_ids: tuple[str, ...]
 
-    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("cause", "scope", "impact")
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("cause", "scope", "impact", "engine")
     LIST_COLUMNS: ClassVar[tuple[str, ...]] = ("alert_ids", "cluster_ids", "change_ids", "example_trace_ids")
-
-    def with_summary(self, summary: str) -> Incident:
-        return replace(self, summary=summary)
 
     def as_row(self) -> dict[str, Any]:
         row = dict(self.__dict__)

@@ -166,6 +166,7 @@ def detection_pass(
         incidents=IncidentPass(
             storage.incident_store,
             settings.incidents,
+            source=storage.windows,
             metrics=IncidentMetrics(registry) if registry is not None else None,
         ),
     )

@@ -111,6 +111,11 @@ SCHEMAS: Json = {
             "cause": {"type": "object", "description": "The signature and symptom of the strongest evidence."},
             "scope": {"type": "object", "description": "tenants, replicas, deployments and models touched."},
             "impact": {"type": "object", "description": "requests, bad_requests, tenants, replicas, slo_burn_rate."},
+            "engine": {
+                "type": "object",
+                "description": "Its replicas' queue depth, KV-cache usage, preempted share and cache hit ratio in its "
+                "first hour against the hour before (`during`, `before`), and the queue by replica.",
+            },
             "alert_ids": {"type": "array", "items": {"type": "string"}},
             "cluster_ids": {"type": "array", "items": {"type": "string"}},
             "change_ids": {"type": "array", "items": {"type": "string"}},

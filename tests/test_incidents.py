@@ -10,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+import pytest
 from conftest import RunningService, service_settings
 from waiting import HANG_GUARD
 
 from detectors.alerts import fingerprint
-from detectors.incidents import ClusterRow, Config, build
+from detectors.incidents import ClusterRow, Config, began, build, engine_during
 from simulator import model, simulate
 from storage.ports import Alert
 
@@ -150,6 +152,33 @@ def test_an_incident_says_its_cause_scope_impact_severity_and_fix() -> None:
     json.dumps(incident.as_row(), default=str)  # storable as it is
 
 
+def test_the_engine_facts_are_its_replicas_in_its_first_hour_against_the_hour_before() -> None:
+    [incident] = build(
+        [alert("replica_skew", {"replica_id": "r0", "signal": "x"}, 60)], [], CONFIG, AT + timedelta(hours=2)
+    )
+    assert incident.started_at == began([alert("replica_skew", {}, 60)], []) == T0 + timedelta(minutes=55)
+    start = incident.started_at
+
+    def req(replica: str, minutes: float, queue: int, kv: float | None, preempted: int, cache: float) -> dict[str, Any]:
+        return {"replica_id": replica, "end_time": start + timedelta(minutes=minutes), "queue_depth": queue,
+                "kv_cache_usage": kv, "preemptions": preempted, "cache_hit_ratio": cache}  # fmt: skip
+
+    frame = pl.DataFrame([
+        req("r0", -30, 1, 0.4, 0, 0.9), req("r0", -61, 50, 0.9, 1, 0.0),  # before the hour before: not read
+        req("r0", 10, 9, 0.9, 2, 0.2), req("r0", 59, 11, None, 0, 0.4), req("r0", 61, 90, 1.0, 5, 0.0),
+        req("r1", 10, 40, 1.0, 3, 0.0),  # another replica: not this incident's
+    ])  # fmt: skip
+    engine = engine_during(frame, incident, AT + timedelta(hours=2))
+    assert engine == {
+        "queue_depth": {"during": 10.0, "before": 1.0},
+        "kv_cache_usage": {"during": 0.9, "before": 0.4},
+        "preempted_share": {"during": 0.5, "before": 0.0},
+        "cache_hit_ratio": {"during": pytest.approx(0.3), "before": 0.9},
+        "queue_by_replica": {"r0": 10.0},
+    }
+    assert engine_during(frame.filter(pl.col("replica_id") == "r9"), incident, AT) == {}
+
+
 def test_a_cluster_alone_opens_no_incident_and_no_alerts_none() -> None:
     assert build([], [cluster("00000000000000c1", {"replica_id": "r3"}, 5)], CONFIG, AT) == []
 
@@ -190,6 +219,11 @@ def test_three_simultaneous_causes_are_three_open_incidents_each_naming_its_caus
     kv = by_cause[f"cache_bucket=low on replicas {r0}, {r1}"]
     assert len(kv["alert_ids"]) == 3  # cache_curve's low bucket, replica_skew on each pod
     assert kv["impact"]["bad_requests"] > 0 and kv["suggested_fix"].startswith("KV-cache pressure")
+    # Its pods served from cache a fraction as often as in the hour before, and queued more.
+    cache, queue = kv["engine"]["cache_hit_ratio"], kv["engine"]["queue_depth"]
+    assert cache["during"] < 0.5 * cache["before"] and queue["during"] > queue["before"]
+    assert set(kv["engine"]["queue_by_replica"]) == {r0, r1}
+    assert "Engines in its first hour against the hour before: queue depth" in kv["summary"]
     for incident in incidents:
         assert incident["state"] == "open" and incident["cluster_ids"] and incident["example_trace_ids"]
         assert incident["summary"].startswith("Since ")

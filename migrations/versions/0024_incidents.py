@@ -1,8 +1,9 @@
 """Incidents, and the bad requests a cluster holds.
 
 `incidents` keeps one row per fault episode (docs/incidents.md): the alerts and clusters it ties together, its
-title, summary, cause, scope and impact. `clusters.bad` is how many of a cluster's requests showed its symptom,
-which an incident's impact adds up; clusters found before it hold NULL.
+title, summary, cause, scope, impact and what the engines showed in its first hour against the hour before.
+`clusters.bad` is how many of a cluster's requests showed its symptom, which an incident's impact adds up;
+clusters found before it hold NULL.
 
 Revision ID: 0024
 Revises: 0023
@@ -32,6 +33,7 @@ def upgrade() -> None:
             cause JSON NOT NULL,
             scope JSON NOT NULL,
             impact JSON NOT NULL,
+            engine JSON NOT NULL,
             alert_ids VARCHAR[] NOT NULL,
             cluster_ids VARCHAR[] NOT NULL,
             change_ids VARCHAR[] NOT NULL,
