@@ -36,18 +36,24 @@ from detectors.alerts import Alert, Evaluation, evaluate
 from detectors.base import DetectorConfig, Read, Window
 from detectors.clusters import following
 from detectors.figure_gauges import FigureGauges
-from detectors.incidents import IncidentPass
+from detectors.incidents import IncidentPass, Tied, Transition
 from detectors.registry import REGISTRY, get
-from storage.ports import DetectorStore, EvaluationRecord, FrameBudget, FrameTooLarge, RunRecord, WindowSource
+from storage.ports import DetectorStore, EvaluationRecord, FrameBudget, FrameTooLarge, Incident, RunRecord, WindowSource
 
 log = logging.getLogger(__name__)
 _CACHE_SIZE = 32
 
 
 class AlertSink(Protocol):
-    """Where alert transitions go after they are stored (the notifier)."""
+    """Where alert and incident transitions go after they are stored (the notifier)."""
 
-    def publish(self, detector: str, evaluation: Evaluation, interval_seconds: int) -> None: ...
+    def publish(
+        self, detector: str, evaluation: Evaluation, interval_seconds: int, incidents: Mapping[str, Incident]
+    ) -> None:
+        """One evaluation's alerts, with the incident each is in (by alert_id) where it is known."""
+        ...
+
+    def publish_incident(self, transition: Transition, incident: Incident) -> None: ...
 
 
 @dataclass
@@ -200,22 +206,34 @@ class DetectionPass:
                     continue
                 uses.update(reads.values())
             shared = SharedReads(uses)
-            results = [self._evaluate(key, at, plans[key], shared) for key in keys]
-            self._tie_incidents(at)
+            published: list[tuple[str, Evaluation, int]] = []
+            results = [self._evaluate(key, at, plans[key], shared, published) for key in keys]
+            tied = self._tie_incidents(at)
+            # Alerts are sent once the incidents they are in are known, so a receiver can group them by it.
+            if self._sink is not None:
+                of_alerts = tied.of_alerts() if tied is not None else {}
+                for key, evaluation, interval in published:
+                    self._sink.publish(key, evaluation, interval, of_alerts)
+                for transition, incident in tied.transitions if tied is not None else []:
+                    self._sink.publish_incident(transition, incident)
             return results
         finally:
             self._lock.release()
 
-    def _tie_incidents(self, at: datetime) -> None:
+    def _tie_incidents(self, at: datetime) -> Tied | None:
         """The incidents after this pass's alerts and clusters; a failure is logged and never fails the pass."""
         if self._incidents is None or not self._incidents.config.enabled:
-            return
+            return None
         try:
-            self._incidents.run(at)
+            return self._incidents.run(at)
         except Exception:
             log.exception("could not build the incidents as of %s", at.isoformat())
+            return None
 
-    def _evaluate(self, key: str, at: datetime, reads: dict[str, Read] | Exception, shared: SharedReads) -> RunResult:
+    def _evaluate(
+        self, key: str, at: datetime, reads: dict[str, Read] | Exception, shared: SharedReads,
+        published: list[tuple[str, Evaluation, int]],
+    ) -> RunResult:  # fmt: skip
         spec = get(key)
         config = self._configs[key]
         window = config.window(at)
@@ -273,8 +291,7 @@ class DetectionPass:
             log.warning("alert firing [%s] %s: %s", alert.severity, key, alert.summary)
         for alert in evaluation.resolved:
             log.info("alert resolved %s %s", key, json.dumps(alert.labels, sort_keys=True))
-        if self._sink is not None:
-            self._sink.publish(key, evaluation, config.interval_seconds)
+        published.append((key, evaluation, config.interval_seconds))
         if self._metrics is not None:
             self._metrics.runs.labels(key, "ok").inc()
             self._metrics.seconds.labels(key).observe(seconds)

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 from prometheus_client import CollectorRegistry, Gauge
@@ -396,6 +396,41 @@ def _engine_said(engine: Mapping[str, Any]) -> str:
     return "Engines in its first hour against the hour before: " + "; ".join(said) + tail + "."
 
 
+Transition = Literal["opened", "updated", "resolved"]
+
+
+def transitions(kept: Mapping[str, Incident], incidents: Sequence[Incident]) -> list[tuple[Transition, Incident]]:
+    """What to page about: an incident opened, grown (an alert or cluster more) or of another severity, or
+    resolved, against what was kept before. One seen for the first time already resolved pages nobody."""
+    out: list[tuple[Transition, Incident]] = []
+    for incident in incidents:
+        before = kept.get(incident.incident_id)
+        if before is None:
+            if incident.state == "open":
+                out.append(("opened", incident))
+        elif before.state == "open" and incident.state == "resolved":
+            out.append(("resolved", incident))
+        elif incident.state == "open" and (
+            set(incident.alert_ids) - set(before.alert_ids)
+            or set(incident.cluster_ids) - set(before.cluster_ids)
+            or incident.severity != before.severity
+        ):
+            out.append(("updated", incident))
+    return out
+
+
+@dataclass(frozen=True)
+class Tied:
+    """One incident pass: every incident of the lookback, and what changed to page about."""
+
+    incidents: list[Incident]
+    transitions: list[tuple[Transition, Incident]]
+
+    def of_alerts(self) -> dict[str, Incident]:
+        """The incident each alert is in, by alert_id."""
+        return {a: i for i in self.incidents for a in i.alert_ids}
+
+
 class IncidentMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.open = Gauge(
@@ -421,7 +456,7 @@ class IncidentPass:
         self.config = config
         self._metrics = metrics
 
-    def run(self, at: datetime) -> list[Incident]:
+    def run(self, at: datetime) -> Tied:
         since = at - timedelta(hours=self.config.lookback_hours)
         alerts, table = self._store.incident_evidence(since)
         # A pass as of an earlier time (a replay) sees what had begun by then, not what came after.
@@ -437,7 +472,7 @@ class IncidentPass:
         self._store.keep_incidents([i for i in incidents if kept.get(i.incident_id) != i])
         if self._metrics is not None:
             self._metrics.show(incidents)
-        return incidents
+        return Tied(incidents, transitions(kept, incidents))
 
     def _engine(self, draft: list[Incident], kept: Mapping[str, Incident], at: datetime) -> dict[str, Any]:
         """Each incident's engine facts: kept where they were read after its first hour, read again otherwise."""

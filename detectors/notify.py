@@ -1,5 +1,10 @@
 """Alert delivery: a generic JSON webhook and the Prometheus Alertmanager v2 API.
 
+One page per fault: webhooks get an incident's transitions (opened, updated when it grows or changes severity,
+resolved) rather than each alert (`alerting.webhook_payloads`), and every alert sent to Alertmanager carries
+its incident's id as the `incident_id` label, so a route with `group_by: [incident_id]` makes one notification
+of an incident, another when an alert joins it, and one when it resolves (docs/incidents.md).
+
 Detection never waits for delivery: `publish` only queues. Each destination has its own thread, so a
 slow or down receiver delays nobody else; failed posts are retried with exponential backoff, and when
 a destination's queue is full the oldest notification is dropped and counted.
@@ -14,13 +19,17 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter
 
 from detectors.alerts import Alert, Evaluation
+from storage.ports import Incident
+
+# What webhooks are sent: each incident's transitions (one page a fault), each alert's, or both.
+WebhookPayloads = Literal["incidents", "alerts", "both"]
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +38,14 @@ def _rfc3339(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _labels(alert: Alert) -> dict[str, str]:
-    return {
-        "alertname": f"tailwatch_{alert.detector}",
-        "detector": alert.detector,
-        "severity": alert.severity,
-        **alert.labels,
-    }
+def _labels(alert: Alert, incident: Incident | None = None) -> dict[str, str]:
+    labels = {"alertname": f"tailwatch_{alert.detector}", "detector": alert.detector, "severity": alert.severity,
+              **alert.labels}  # fmt: skip
+    return labels | {"incident_id": incident.incident_id} if incident is not None else labels
+
+
+def _annotations(alert: Alert, incident: Incident | None) -> dict[str, str]:
+    return {"summary": alert.summary} | ({"incident": incident.title} if incident is not None else {})
 
 
 def webhook_payload(detector: str, status: str, alerts: list[Alert]) -> dict[str, Any]:
@@ -63,15 +73,31 @@ def webhook_payload(detector: str, status: str, alerts: list[Alert]) -> dict[str
     }
 
 
-def alertmanager_payload(evaluation: Evaluation, expires_at: datetime) -> list[dict[str, Any]]:
+def incident_payload(transition: str, incident: Incident) -> dict[str, Any]:
+    """A webhook body for one incident transition: `opened`, `updated` or `resolved`, with the incident whole."""
+    row = {k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in incident.as_row().items()}
+    return {
+        "receiver": "tailwatch",
+        "kind": "incident",
+        "status": "resolved" if transition == "resolved" else "firing",
+        "transition": transition,
+        "incident": row | {k: json.loads(row[k]) for k in Incident.JSON_COLUMNS},
+    }
+
+
+def alertmanager_payload(
+    evaluation: Evaluation, expires_at: datetime, incidents: Mapping[str, Incident] | None = None
+) -> list[dict[str, Any]]:
     """POST /api/v2/alerts body. Firing alerts carry an endsAt a few intervals ahead and are re-sent every
-    evaluation, as Prometheus does, so Alertmanager resolves them by itself if Tailwatch goes away."""
+    evaluation, as Prometheus does, so Alertmanager resolves them by itself if Tailwatch goes away. Each alert
+    in an incident is labelled with its id."""
+    of = incidents or {}
     body = []
     for alert in evaluation.firing:
         body.append(
             {
-                "labels": _labels(alert),
-                "annotations": {"summary": alert.summary},
+                "labels": _labels(alert, of.get(alert.alert_id)),
+                "annotations": _annotations(alert, of.get(alert.alert_id)),
                 "startsAt": _rfc3339(alert.started_at),
                 "endsAt": _rfc3339(expires_at),
             }
@@ -81,8 +107,8 @@ def alertmanager_payload(evaluation: Evaluation, expires_at: datetime) -> list[d
             raise ValueError(f"alert {alert.alert_id} is resolved but has no resolved_at")
         body.append(
             {
-                "labels": _labels(alert),
-                "annotations": {"summary": alert.summary},
+                "labels": _labels(alert, of.get(alert.alert_id)),
+                "annotations": _annotations(alert, of.get(alert.alert_id)),
                 "startsAt": _rfc3339(alert.started_at),
                 "endsAt": _rfc3339(alert.resolved_at),
             }
@@ -188,6 +214,7 @@ class Notifier:
         max_attempts: int = 5,
         backoff_seconds: float = 1.0,
         queue_size: int = 1000,
+        webhook_payloads: WebhookPayloads = "incidents",
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -196,6 +223,7 @@ class Notifier:
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
         self.queue_size = queue_size
+        self.webhook_payloads = webhook_payloads
         self.metrics = NotifyMetrics(registry)
         self.sleep = sleep
         self._clock = clock
@@ -206,9 +234,12 @@ class Notifier:
             else None
         )
 
-    def publish(self, detector: str, evaluation: Evaluation, interval_seconds: int) -> None:
-        """Queue one evaluation's notifications; returns at once."""
-        if self._webhooks:
+    def publish(
+        self, detector: str, evaluation: Evaluation, interval_seconds: int,
+        incidents: Mapping[str, Incident] | None = None,
+    ) -> None:  # fmt: skip
+        """Queue one evaluation's notifications (`incidents`: the incident each alert is in); returns at once."""
+        if self._webhooks and self.webhook_payloads in ("alerts", "both"):
             for status, alerts in (("firing", evaluation.fired), ("resolved", evaluation.resolved)):
                 if alerts:
                     body = json.dumps(webhook_payload(detector, status, alerts)).encode()
@@ -217,7 +248,14 @@ class Notifier:
         if self._alertmanager is not None and (evaluation.firing or evaluation.resolved):
             now = datetime.fromtimestamp(self._clock(), UTC).replace(tzinfo=None)
             expires = now + timedelta(seconds=4 * interval_seconds)
-            self._alertmanager.put(json.dumps(alertmanager_payload(evaluation, expires)).encode())
+            self._alertmanager.put(json.dumps(alertmanager_payload(evaluation, expires, incidents)).encode())
+
+    def publish_incident(self, transition: str, incident: Incident) -> None:
+        """Queue an incident's transition for the webhooks (with `webhook_payloads` incidents or both)."""
+        if self._webhooks and self.webhook_payloads in ("incidents", "both"):
+            body = json.dumps(incident_payload(transition, incident)).encode()
+            for hook in self._webhooks:
+                hook.put(body)
 
     def flush(self, timeout: float) -> bool:
         """Wait until everything queued is delivered or given up on; False on timeout."""

@@ -144,6 +144,7 @@ def notifier(settings: Settings, registry: CollectorRegistry | None = None) -> N
         max_attempts=a.max_attempts,
         backoff_seconds=a.backoff_seconds,
         queue_size=a.queue_size,
+        webhook_payloads=a.webhook_payloads,
         registry=registry,
     )
 

@@ -28,6 +28,7 @@ from collector.decode import Decoder, choose_decoder
 from collector.engine_names import ENGINE_METRICS, EngineNames
 from collector.normalize import NormalizeConfig
 from detectors.incidents import Config as IncidentsConfig
+from detectors.notify import WebhookPayloads
 from detectors.registry import REGISTRY
 from storage.ports import OtelTraces
 
@@ -265,6 +266,11 @@ class StorageSettings(_Section):
 class AlertingSettings(_Section):
     webhook_urls: tuple[str, ...] = Field(
         (), description="Generic JSON webhooks that get every firing and resolved transition."
+    )
+    webhook_payloads: WebhookPayloads = Field(
+        "incidents",
+        description="What webhooks are sent: incidents (each incident opened, updated when it grows or changes "
+        "severity, and resolved: one page a fault), alerts (each alert firing and resolved), or both.",
     )
     alertmanager_url: str | None = Field(
         None, description="Prometheus Alertmanager base URL (e.g. http://localhost:9093); alerts go to /api/v2/alerts."

@@ -80,9 +80,11 @@ def alertmanager_binary() -> str | None:
 
 
 class Alertmanager:
-    """A real Alertmanager on loopback, with a config that routes everything nowhere."""
+    """A real Alertmanager on loopback, with a config that routes everything nowhere (or `config`, YAML)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(
+        self, workdir: Path, config_text: str = "route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n"
+    ) -> None:
         binary = alertmanager_binary()
         if binary is None:
             require_or_skip(
@@ -90,7 +92,7 @@ class Alertmanager:
                 ALERTMANAGER_INSTALL,
             )
         config = workdir / "alertmanager.yml"
-        config.write_text("route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n")
+        config.write_text(config_text)
         self._log = workdir / "alertmanager.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

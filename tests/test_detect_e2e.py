@@ -93,7 +93,7 @@ def test_a_planted_decode_spike_fires_once_and_reaches_the_webhook_and_alertmana
     config = tmp_path / "tailwatch.yaml"
     config.write_text(
         f"alerting:\n  webhook_urls: ['{webhook.url}']\n  alertmanager_url: '{alertmanager.url}'\n"
-        "  backoff_seconds: 0.1\n"
+        "  backoff_seconds: 0.1\n  webhook_payloads: both\n"
     )
     cmd = [sys.executable, "-m", "tailwatch", "detect", "--once", "--at", at.isoformat() + "Z",
            "--db", str(db_path), "--config", str(config), "--detector", "token_latency"]  # fmt: skip

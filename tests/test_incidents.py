@@ -13,10 +13,12 @@ from typing import Any
 import polars as pl
 import pytest
 from conftest import RunningService, service_settings
-from waiting import HANG_GUARD
+from receivers import Alertmanager, WebhookReceiver
+from waiting import HANG_GUARD, wait_until
 
-from detectors.alerts import fingerprint
-from detectors.incidents import ClusterRow, Config, began, build, engine_during
+from detectors.alerts import Evaluation, fingerprint
+from detectors.incidents import ClusterRow, Config, began, build, engine_during, transitions
+from detectors.notify import alertmanager_payload, incident_payload
 from simulator import model, simulate
 from storage.ports import Alert
 
@@ -179,6 +181,40 @@ def test_the_engine_facts_are_its_replicas_in_its_first_hour_against_the_hour_be
     assert engine_during(frame.filter(pl.col("replica_id") == "r9"), incident, AT) == {}
 
 
+def test_an_incident_pages_when_it_opens_grows_changes_severity_and_resolves_and_not_otherwise() -> None:
+    first = alert("replica_skew", R3, 0)
+    [opened] = build([first], [], CONFIG, AT)
+    same = replace(opened, updated_at=opened.updated_at + timedelta(minutes=5), summary="refreshed")
+    grown = replace(opened, alert_ids=(*opened.alert_ids, "a-new"))
+    clustered = replace(opened, cluster_ids=("c-new",))
+    graver = replace(opened, severity="critical")
+    resolved = replace(opened, state="resolved", resolved_at=AT)
+    kept = {opened.incident_id: opened}
+    assert transitions({}, [opened]) == [("opened", opened)]
+    assert transitions({}, [resolved]) == []  # first seen already over: nobody to page
+    assert transitions(kept, [same]) == []
+    for changed in (grown, clustered, graver):
+        assert transitions(kept, [changed]) == [("updated", changed)]
+    assert transitions(kept, [resolved]) == [("resolved", resolved)]
+    assert transitions({opened.incident_id: resolved}, [resolved]) == []
+
+
+def test_webhooks_get_the_incident_whole_and_alertmanager_its_id_on_each_alert() -> None:
+    first = alert("replica_skew", R3, 0)
+    [incident] = build([first], [], CONFIG, AT)
+    body = incident_payload("opened", incident)
+    assert (body["kind"], body["status"], body["transition"]) == ("incident", "firing", "opened")
+    assert body["incident"]["incident_id"] == incident.incident_id and body["incident"]["scope"]["replicas"] == ["r3"]
+    assert body["incident"]["started_at"].endswith("Z")
+    assert incident_payload("resolved", incident)["status"] == "resolved"
+    evaluation = Evaluation(fired=[first])
+    [sent] = alertmanager_payload(evaluation, AT, {first.alert_id: incident})
+    assert sent["labels"]["incident_id"] == incident.incident_id
+    assert sent["annotations"] == {"summary": first.summary, "incident": incident.title}
+    [alone] = alertmanager_payload(evaluation, AT)
+    assert "incident_id" not in alone["labels"] and "incident" not in alone["annotations"]
+
+
 def test_a_cluster_alone_opens_no_incident_and_no_alerts_none() -> None:
     assert build([], [cluster("00000000000000c1", {"replica_id": "r3"}, 5)], CONFIG, AT) == []
 
@@ -190,12 +226,15 @@ def test_an_incident_is_named_by_its_first_alert_and_keeps_that_id_as_it_grows()
     assert [i.incident_id for i in grown] == [alone.incident_id]
 
 
-def simulated(db: Path, scenario: str) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+def simulated(
+    db: Path, scenario: str, alerting: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
     """`scenario` sent to a real service, one detection pass after it: the incidents `GET /v1/incidents` lists,
     the `/metrics` text and the OpenAPI document."""
     end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(seconds=30)
     shape: dict[str, Any] = {"seed": 7, "end": end, "history_hours": 2.0, "history_rate": 0.1, "rate": 3.0}
-    with RunningService(service_settings(db, scheduler=False, metrics={"interval_seconds": 5})) as svc:
+    settings = service_settings(db, scheduler=False, metrics={"interval_seconds": 5}, alerting=alerting or {})
+    with RunningService(settings) as svc:
         simulate.run([scenario], endpoint=svc.grpc_target, protocol="grpc", **shape)
         detection = svc.service.detection
         assert detection is not None
@@ -235,3 +274,45 @@ def test_healthy_traffic_opens_no_incident(tmp_path: Path) -> None:
     incidents, metrics, _ = simulated(tmp_path / "steady.duckdb", "steady")
     assert incidents == []
     assert 'tailwatch_incidents_open{severity="warning"} 0.0' in metrics
+
+
+def test_each_incident_is_one_page_grouped_by_its_id_in_a_real_alertmanager_and_one_webhook_post(
+    tmp_path: Path,
+) -> None:
+    pages = WebhookReceiver()  # where Alertmanager sends its notifications
+    ours = WebhookReceiver()  # Tailwatch's own webhook
+    route = (
+        "route:\n  receiver: pages\n  group_by: [incident_id]\n  group_wait: 1s\n  group_interval: 1s\n"
+        f"  repeat_interval: 1h\nreceivers:\n  - name: pages\n    webhook_configs:\n      - url: '{pages.url}'\n"
+    )
+    manager = Alertmanager(tmp_path, route)
+    try:
+        incidents, _, _ = simulated(
+            tmp_path / "paged.duckdb", "three_causes",
+            {"alertmanager_url": manager.url, "webhook_urls": [ours.url], "backoff_seconds": 0.1},
+        )  # fmt: skip
+        by_id = {i["incident_id"]: i for i in incidents}
+
+        def latest() -> dict[str, Any]:
+            return {p["groupLabels"]["incident_id"]: p for p in list(pages.bodies)}
+
+        # Alertmanager pages once an incident opens and again as its alerts arrive, each page one incident's.
+        wait_until(
+            lambda: (
+                {i: len(p["alerts"]) for i, p in latest().items()}
+                == {i: len(incident["alert_ids"]) for i, incident in by_id.items()}
+            ),
+            "a page an incident, holding all of its alerts",
+        )
+        for incident_id, page in latest().items():
+            assert {a["annotations"]["incident"] for a in page["alerts"]} == {by_id[incident_id]["title"]}
+            assert {a["labels"]["incident_id"] for a in page["alerts"]} == {incident_id}
+        # One post to Tailwatch's own webhook an incident: opened, with the incident whole.
+        wait_until(lambda: len(ours.bodies) == 3, "an opened post an incident")
+        assert sorted((b["kind"], b["transition"], b["incident"]["incident_id"]) for b in ours.bodies) == sorted(
+            ("incident", "opened", i) for i in by_id
+        )
+    finally:
+        manager.close()
+        pages.close()
+        ours.close()

@@ -68,7 +68,12 @@ def test_a_failing_webhook_is_retried_with_backoff_until_it_answers() -> None:
     sleeps: list[float] = []
     registry = CollectorRegistry()
     notifier = Notifier(
-        webhook_urls=(receiver.url,), max_attempts=5, backoff_seconds=0.5, registry=registry, sleep=sleeps.append
+        webhook_payloads="alerts",
+        webhook_urls=(receiver.url,),
+        max_attempts=5,
+        backoff_seconds=0.5,
+        registry=registry,
+        sleep=sleeps.append,
     )
     notifier.publish("cache_curve", fired(), 300)
     assert notifier.flush(10)
@@ -97,6 +102,7 @@ def test_publishing_to_a_dead_receiver_does_not_wait_for_delivery_or_retries() -
 
     registry = CollectorRegistry()
     notifier = Notifier(
+        webhook_payloads="alerts",
         webhook_urls=("http://127.0.0.1:9/never",),
         max_attempts=3,
         backoff_seconds=5.0,
@@ -155,7 +161,7 @@ def resolving():
 
 def test_the_webhook_body_is_alertmanager_shaped() -> None:
     receiver = WebhookReceiver()
-    notifier = Notifier(webhook_urls=(receiver.url,))
+    notifier = Notifier(webhook_payloads="alerts", webhook_urls=(receiver.url,))
     evaluation = fired()
     notifier.publish("cache_curve", evaluation, 300)
     assert notifier.flush(10)
@@ -232,7 +238,9 @@ def test_a_server_error_500_and_a_429_are_retried() -> None:
     for status in (500, 429):
         receiver = FlakyReceiver(failures=1, status=status)
         sleeps: list[float] = []
-        notifier = Notifier(webhook_urls=(receiver.url,), backoff_seconds=0.5, sleep=sleeps.append)
+        notifier = Notifier(
+            webhook_payloads="alerts", webhook_urls=(receiver.url,), backoff_seconds=0.5, sleep=sleeps.append
+        )
         notifier.publish("cache_curve", fired(), 300)
         assert notifier.flush(HANG_GUARD)
         assert (receiver.attempts, len(receiver.bodies), sleeps) == (2, 1, [0.5]), status
@@ -245,7 +253,9 @@ def test_a_client_error_is_not_retried_and_the_log_names_the_url_and_the_status(
 ) -> None:
     receiver = FlakyReceiver(failures=5, status=400)
     registry = CollectorRegistry()
-    notifier = Notifier(webhook_urls=(receiver.url,), registry=registry, sleep=lambda s: None)
+    notifier = Notifier(
+        webhook_payloads="alerts", webhook_urls=(receiver.url,), registry=registry, sleep=lambda s: None
+    )
     with caplog.at_level(logging.WARNING, logger="detectors.notify"):
         notifier.publish("cache_curve", fired(), 300)
         assert notifier.flush(HANG_GUARD)
@@ -261,7 +271,7 @@ def test_a_client_error_is_not_retried_and_the_log_names_the_url_and_the_status(
 def test_close_delivers_what_is_queued_and_ends_the_delivery_threads() -> None:
     receiver = WebhookReceiver()
     before = set(threading.enumerate())
-    notifier = Notifier(webhook_urls=(receiver.url,))
+    notifier = Notifier(webhook_payloads="alerts", webhook_urls=(receiver.url,))
     threads = [t for t in threading.enumerate() if t not in before and t.name.startswith("tailwatch-notify-")]
     assert [t.name for t in threads] == ["tailwatch-notify-webhook"]
     notifier.publish("cache_curve", fired(), 300)

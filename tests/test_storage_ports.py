@@ -589,7 +589,9 @@ def test_incidents_are_built_from_the_stored_evidence_kept_in_place_and_listed_n
     empty.detector_store.persist(EvaluationRecord(run, {"clusters": pl.DataFrame([row])}))
 
     incidents = IncidentPass(empty.incident_store, IncidentsConfig())
-    [opened] = incidents.run(at)  # the alert resolved days ago is outside the lookback: no incident of its own
+    [opened] = incidents.run(
+        at
+    ).incidents  # the alert resolved days ago is outside the lookback: no incident of its own
     assert (opened.alert_ids, opened.cluster_ids, opened.impact["bad_requests"]) == (
         (drift.alert_id,), ("00000000000000c1",), 10,
     )  # fmt: skip
@@ -598,8 +600,8 @@ def test_incidents_are_built_from_the_stored_evidence_kept_in_place_and_listed_n
         evaluation("replica_skew", later, {}, changed=[replace(drift, state="resolved", resolved_at=later,
                                                                updated_at=later)])
     )  # fmt: skip
-    [held] = incidents.run(later)
-    [over] = incidents.run(later + timedelta(seconds=IncidentsConfig().hold_off_seconds))
+    [held] = incidents.run(later).incidents
+    [over] = incidents.run(later + timedelta(seconds=IncidentsConfig().hold_off_seconds)).incidents
     assert (held.state, over.state, over.incident_id) == ("open", "resolved", opened.incident_id)
 
     listed = [Incident.from_row(r) for r in empty.incident_store.incidents().to_pylist()]
