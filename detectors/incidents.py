@@ -327,8 +327,8 @@ def _summary(incident: Incident, alerts: list[Alert], strongest: ClusterRow | No
     if incident.engine:
         out.append(_engine_said(incident.engine))
     if strongest is not None:
-        out.append(f"Strongest evidence: {strongest.summary}")
-        out.append(f"Fix first: {strongest.suggested_fix}")
+        out.append(f"Strongest evidence: {strongest.summary.rstrip('.')}.")
+        out.append(f"Fix first: {strongest.suggested_fix.rstrip('.')}.")
     return " ".join(out)
 
 

@@ -170,6 +170,52 @@ def test_the_overview_shows_the_planted_alerts_top_clusters_and_health(
     assert "ago" in tile["Last commit"]
 
 
+def test_the_overview_leads_with_the_open_incidents_and_a_timeline_of_the_range(
+    console: Console, seeded: tuple[RunningService, datetime]
+) -> None:
+    svc, _ = seeded
+    page = console.open("overview", shot="overview-incidents")
+    api_open = get(svc, "/v1/incidents?state=open&limit=500")["incidents"]
+    assert api_open, "the planted faults opened no incident"
+    cards = page.eval_on_selector_all("#incidents .incident-card", "cs => cs.map(c => c.dataset.incident)")
+    assert sorted(cards) == sorted(i["incident_id"] for i in api_open)
+    # The first thing on the page is the open incidents, the gravest first.
+    first = page.eval_on_selector("main section h2", "h => h.innerText")
+    assert first == f"Open incidents ({len(api_open)})"
+    titles = page.eval_on_selector_all("#incidents h3 a", "as => as.map(a => a.innerText)")
+    assert set(titles) == {i["title"] for i in api_open}
+    # The timeline draws every incident of the range as a bar, the fleet's p99 and request rate under it.
+    bars = page.eval_on_selector_all(
+        "svg[data-chart='timeline'] rect.episode.incident", "rs => rs.map(r => r.dataset.id)"
+    )
+    assert set(cards) <= set(bars)
+    assert page.eval_on_selector_all("svg[data-chart='timeline'] rect.episode.alert", "rs => rs.length") > 0
+    assert console.points("fleet-p99", "fleet p99") and console.points("fleet-rate", "requests/s")
+
+
+def test_an_incident_page_draws_its_story_engine_facts_alerts_clusters_and_examples(
+    console: Console, seeded: tuple[RunningService, datetime]
+) -> None:
+    svc, _ = seeded
+    incident = max(get(svc, "/v1/incidents?limit=500")["incidents"], key=lambda i: len(i["alert_ids"]))
+    page = console.open(f"incident?id={incident['incident_id']}", shot="incident")
+    assert page.eval_on_selector("#incident h2", "h => h.innerText").endswith(incident["title"])
+    assert page.eval_on_selector("#incident-summary", "p => p.innerText") == incident["summary"]
+    alerts = page.eval_on_selector_all("#incident-alerts tbody tr", "rs => rs.length")
+    assert alerts == len(incident["alert_ids"])
+    clusters = page.eval_on_selector_all("#incident-clusters tbody tr", "rs => rs.length")
+    assert clusters == len(incident["cluster_ids"])
+    shown = page.eval_on_selector_all("#incident-engine tbody tr td:first-child", "cs => cs.map(c => c.innerText)")
+    assert shown == [k for k in ("queue_depth", "kv_cache_usage", "preempted_share", "cache_hit_ratio")
+                     if k in incident["engine"]]  # fmt: skip
+    drawn = page.eval_on_selector_all(
+        "svg[data-chart='incident-timeline'] rect.episode", "rs => rs.map(r => r.dataset.series)"
+    )
+    assert drawn.count("incident") == 1 and drawn.count("alert") == len(incident["alert_ids"])
+    links = page.eval_on_selector_all("#incident-examples a.trace", "as => as.map(a => a.getAttribute('href'))")
+    assert [link.split("trace=")[1].split("&")[0] for link in links] == incident["example_trace_ids"]
+
+
 def test_the_per_token_chart_draws_the_stored_p99_against_its_baseline_band_with_the_breach_reason(
     console: Console, seeded: tuple[RunningService, datetime]
 ) -> None:

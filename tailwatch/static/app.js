@@ -1,6 +1,6 @@
 // The console: each view fetches the JSON API and draws it. The URL fragment holds the view, the range and the
 // view's selections (#/tokens?range=6h&group=...), so a link opens exactly what its sender saw.
-import { barChart, fmt, heatmap, shareTimeline, timeChart, utc, waterfall } from './charts.js';
+import { barChart, fmt, heatmap, lanes, shareTimeline, timeChart, utc, waterfall } from './charts.js';
 
 const RANGES = { '15m': 9e5, '1h': 36e5, '6h': 216e5, '24h': 864e5, '7d': 6048e5 };
 const DAY = 864e5;
@@ -120,12 +120,118 @@ function bucketSort(values) {
   });
 }
 
+// ---- incidents ---------------------------------------------------------------------------------
+
+const SEVERITY = { critical: 0, warning: 1, info: 2 };
+const incidentLink = (i) => h('a', { href: `#/incident?id=${i.incident_id}`, class: 'incident-link' }, i.title);
+// The summary's first sentences: since when, the peak, how many requests.
+const lead = (summary) => summary.split('. ').slice(0, 3).join('. ').replace(/\.?$/, '.');
+
+function incidentCard(i) {
+  const impact = i.impact || {};
+  const facts = [
+    `${i.alert_ids.length} alert${i.alert_ids.length === 1 ? '' : 's'}`,
+    `${i.cluster_ids.length} cluster${i.cluster_ids.length === 1 ? '' : 's'}`,
+    impact.bad_requests != null ? `${fmt(impact.bad_requests)} bad of ${fmt(impact.requests)} requests` : null,
+  ].filter(Boolean).join(' · ');
+  return h('article', { class: `incident-card ${i.severity}`, 'data-incident': i.incident_id },
+    h('h3', {}, h('span', { class: `sev ${i.severity}` }, i.severity), ' ', incidentLink(i)),
+    h('p', { class: 'muted' }, `${i.state === 'open' ? 'open' : 'resolved'} · since ${utc(t(i.started_at))} UTC · ${facts}`),
+    h('p', {}, lead(i.summary)),
+    i.suggested_fix ? h('p', {}, h('strong', {}, 'Fix first: '), i.suggested_fix) : null);
+}
+
+// Incidents and alerts as bars over the range: what began when, and what overlapped.
+function timeline(name, caption, r, incidents, alerts, clusters = []) {
+  const bars = [
+    ...incidents.map((i) => ({ id: i.incident_id, lane: `incident: ${i.title}`, start: t(i.started_at),
+      end: i.resolved_at ? t(i.resolved_at) : null, label: i.title, kind: 'incident', severity: i.severity })),
+    ...alerts.map((a) => ({ id: a.alert_id, lane: `${a.detector} ${labelText(a.labels)}`, start: t(a.started_at),
+      end: a.resolved_at ? t(a.resolved_at) : null, label: a.summary, kind: 'alert', severity: a.severity })),
+    ...clusters.map((c) => ({ id: c.cluster_id, lane: `cluster ${labelText(c.signature)}`, start: t(c.window_start),
+      end: t(c.window_end), label: c.summary, kind: 'cluster' })),
+  ].filter((b) => (b.end ?? r.to) > r.from && b.start <= r.to);
+  return lanes(name, caption, { bars, from: r.from, to: r.to });
+}
+
+// The fleet over the range, from tenant_fairness's windows: every tenant's e2e p99 together, and requests per second.
+async function fleetCharts(r) {
+  const rows = (await figures('tenant_fairness', r.from, r.to, { distinct: 'true',
+    columns: 'window_start,window_end,tenant_id,n,aggregate_p99' })).rows;
+  const windows = new Map();
+  for (const x of rows) {
+    const w = windows.get(x.window_end) || windows.set(x.window_end, { ...x, requests: 0 }).get(x.window_end);
+    w.requests += x.n;
+  }
+  const ws = [...windows.values()];
+  return h('div', { class: 'pair' },
+    timeChart('fleet-p99', 'Fleet e2e p99 (every tenant together), per window', { from: r.from, to: r.to, unit: 'ms',
+      series: [{ name: 'fleet p99', points: ws.map((w) => ({ t: t(w.window_end), v: w.aggregate_p99 })) }] }),
+    timeChart('fleet-rate', 'Requests per second, per window', { from: r.from, to: r.to, unit: 'req/s',
+      series: [{ name: 'requests/s', points: ws.map((w) => ({ t: t(w.window_end), v: w.requests / ((t(w.window_end) - t(w.window_start)) / 1000) })) }] }));
+}
+
+async function incidentsView(r) {
+  const body = await api(`/v1/incidents?since=${iso(r.from)}&limit=500`);
+  const shown = body.incidents.sort((a, b) => (a.state === b.state ? t(b.started_at) - t(a.started_at) : a.state === 'open' ? -1 : 1));
+  return [
+    h('h2', {}, `Incidents in range (${shown.length})`),
+    shown.length ? h('div', { id: 'incident-list' }, shown.map(incidentCard)) : h('p', { class: 'muted empty-note' }, 'No incident in this range.'),
+    timeline('incidents-timeline', 'Incidents over the range', r, shown, []),
+  ];
+}
+
+async function incident(r, params) {
+  const id = params.get('id');
+  if (!id) return incidentsView(r);
+  const [incidents, alerts, clusters] = await Promise.all([
+    api('/v1/incidents?limit=10000'), api('/v1/alerts?limit=10000'), api('/v1/clusters?limit=10000'),
+  ]);
+  const i = incidents.incidents.find((x) => x.incident_id === id);
+  if (!i) return [h('p', { class: 'error', role: 'alert' }, `No incident ${id}.`)];
+  const mine = alerts.alerts.filter((a) => i.alert_ids.includes(a.alert_id));
+  const found = clusters.clusters.filter((c) => i.cluster_ids.includes(c.cluster_id));
+  // Its own range: from an hour before it began to its end (or now).
+  const own = { from: t(i.started_at) - 36e5, to: (i.resolved_at ? t(i.resolved_at) : Date.now()) + 6e5 };
+  const engine = i.engine || {};
+  const engineRows = ['queue_depth', 'kv_cache_usage', 'preempted_share', 'cache_hit_ratio'].filter((k) => engine[k])
+    .map((k) => ({ name: k, ...engine[k] }));
+  const asShare = new Set(['kv_cache_usage', 'preempted_share', 'cache_hit_ratio']);
+  const shown = (k, v) => (asShare.has(k) ? pct(v) : fmt(v));
+  return [
+    h('section', { id: 'incident', 'data-incident': i.incident_id },
+      h('h2', {}, h('span', { class: `sev ${i.severity}` }, i.severity), ' ', i.title),
+      h('p', { class: 'muted' }, `${i.state} · since ${utc(t(i.started_at))} UTC${i.resolved_at ? ` · resolved ${utc(t(i.resolved_at))} UTC` : ''}`),
+      h('p', { id: 'incident-summary' }, i.summary),
+      i.suggested_fix ? h('p', {}, h('strong', {}, 'Fix first: '), i.suggested_fix) : null),
+    timeline('incident-timeline', 'Its alerts and clusters, from an hour before it began', own, [i], mine, found),
+    h('section', {}, h('h2', {}, 'The engines in its first hour against the hour before'),
+      table([['Fact', (x) => x.name], ['During', (x) => shown(x.name, x.during)], ['Before', (x) => shown(x.name, x.before)]],
+        engineRows, { id: 'incident-engine', empty: 'No engine facts for its requests.' })),
+    h('section', {}, h('h2', {}, `Alerts (${mine.length})`), table([
+      ['Severity', (a) => h('span', { class: `sev ${a.severity}` }, a.severity)], ['Detector', (a) => a.detector],
+      ['Group', (a) => labelText(a.labels)], ['Summary', (a) => a.summary], ['State', (a) => a.state],
+      ['Since', (a) => `${utc(t(a.started_at))} UTC`],
+    ], mine, { id: 'incident-alerts' })),
+    h('section', {}, h('h2', {}, `Clusters (${found.length})`), table([
+      ['Window end', (c) => `${utc(t(c.window_end))} UTC`], ['Signature', (c) => labelText(c.signature)],
+      ['Symptom', (c) => c.symptom || ''], ['Summary', (c) => c.summary],
+    ], found, { id: 'incident-clusters', empty: 'No cluster found for it.' })),
+    h('section', {}, h('h2', {}, 'Example requests'),
+      h('p', { id: 'incident-examples' }, i.example_trace_ids.length ? i.example_trace_ids.map((tid) => h('a', {
+        class: 'trace', href: `#/request?trace=${tid}&at=${encodeURIComponent(i.updated_at)}` }, tid.slice(0, 8))) : 'none')),
+  ];
+}
+
 // ---- views -------------------------------------------------------------------------------------
 
 async function overview(r) {
-  const [firing, recent, clusters, status] = await Promise.all([
+  const [firing, recent, clusters, status, incidents] = await Promise.all([
     api('/v1/alerts?state=firing&limit=200'), api('/v1/alerts?limit=200'), api('/v1/clusters?limit=200'), api('/v1/status'),
+    api(`/v1/incidents?since=${iso(r.from)}&limit=500`),
   ]);
+  const open = incidents.incidents.filter((i) => i.state === 'open')
+    .sort((a, b) => SEVERITY[a.severity] - SEVERITY[b.severity] || t(a.started_at) - t(b.started_at));
   const inRange = (row, field) => t(row[field]) > r.from && t(row[field]) <= r.to;
   const resolved = recent.alerts.filter((a) => a.state === 'resolved' && a.resolved_at && inRange(a, 'resolved_at'));
   const latest = clusters.clusters.filter((c) => inRange(c, 'window_end'));
@@ -143,7 +249,12 @@ async function overview(r) {
     ['Last commit', ing.last_commit ? ago(ing.last_commit) : 'none yet', ing.queued > 0 && commitAge > 30],
   ];
   const failing = status.detectors.filter((d) => d.last_outcome && d.last_outcome !== 'ok');
+  const episodes = recent.alerts.filter((a) => (a.resolved_at ? t(a.resolved_at) : r.to) > r.from);
   return [
+    h('section', {}, h('h2', {}, `Open incidents (${open.length})`),
+      open.length ? h('div', { id: 'incidents' }, open.map(incidentCard)) : h('p', { class: 'muted empty-note', id: 'incidents' }, 'No incident is open.')),
+    timeline('timeline', 'Incidents and alerts over the range', r, incidents.incidents, episodes),
+    await fleetCharts(r),
     h('section', {}, h('h2', {}, `Firing alerts (${firing.alerts.length})`),
       table([
         ['Severity', (a) => h('span', { class: `sev ${a.severity}` }, a.severity)],
@@ -436,7 +547,7 @@ function engineCharts(engine, start, end) {
   return charts;
 }
 
-const VIEWS = { overview, tokens, tenants, curves, request };
+const VIEWS = { overview, incident, tokens, tenants, curves, request };
 
 // ---- the shell ---------------------------------------------------------------------------------
 

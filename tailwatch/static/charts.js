@@ -239,3 +239,34 @@ export function waterfall(name, caption, spans) {
   });
   return fig;
 }
+
+// Episodes as bars on one time axis, a lane each: [{id, lane, start, end, label, kind, severity}]. An episode
+// still going runs to `to`. What a person reads first: when each fault began, how long it lasted, what overlapped.
+export function lanes(name, caption, { bars, from, to }) {
+  const { fig, svg } = frame(name, caption);
+  if (!bars.length) {
+    return empty(fig, svg);
+  }
+  const names = [...new Set(bars.map((b) => b.lane))];
+  const h = M.t + 8 + names.length * 20 + M.b;
+  svg.setAttribute('viewBox', `0 0 ${W} ${h}`);
+  const x = (t) => 200 + (W - 200 - M.r) * ((Math.min(Math.max(t, from), to) - from) / (to - from || 1));
+  names.forEach((lane, i) => {
+    svgEl('text', { x: 4, y: M.t + i * 20 + 14, class: 'tick' }, svg).textContent = lane.length > 32 ? `${lane.slice(0, 31)}…` : lane;
+  });
+  for (const b of bars) {
+    const yy = M.t + names.indexOf(b.lane) * 20;
+    const end = b.end ?? to;
+    const r = svgEl('rect', { x: x(b.start), y: yy + 3, width: Math.max(x(end) - x(b.start), 2), height: 14,
+      class: `episode ${b.kind} ${b.severity || ''}`, 'data-series': b.kind, 'data-id': b.id,
+      'data-x': new Date(b.start).toISOString(), 'data-v': (end - b.start) / 6e4 }, svg);
+    title(r, `${b.label}: ${utc(b.start)}–${b.end ? utc(b.end).slice(11) : 'now'} UTC`);
+  }
+  const x2 = (t) => x(t);
+  const ticks = timeTicks(from, to);
+  for (const t of ticks) {
+    svgEl('text', { x: x2(t), y: h - 8, class: 'tick', 'text-anchor': 'middle' }, svg).textContent = to - from > 864e5 ? utc(t).slice(5) : utc(t).slice(11);
+  }
+  legend(fig, [{ name: 'incident', color: '#e15759' }, { name: 'alert', color: '#f28e2b' }, { name: 'cluster window', color: '#4e79a7' }]);
+  return fig;
+}
