@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
 from detectors.clusters import NOUNS, alert_group
+from detectors.slo_burn import PAGE_BURN_RATE
 from storage.ports import Alert, Incident, IncidentStore, Requests, Window, WindowSource
 
 _KEPT = 10_000  # incidents of one lookback, far more than a fleet has
@@ -63,6 +64,9 @@ class Config(BaseModel):
         24.0, gt=0, description="Alerts resolved and clusters found this long ago are still read to build incidents."
     )
     examples: int = Field(5, ge=0, description="Example traces an incident lists.")
+    critical_bad_requests: int = Field(
+        1000, ge=1, description="An incident with this many bad requests is critical, whatever its alerts say."
+    )
 
 
 @dataclass(frozen=True)
@@ -186,9 +190,9 @@ def _incident(
     hold_off = timedelta(seconds=config.hold_off_seconds)
     over = last_resolved is not None and at >= last_resolved + hold_off
     strongest = max(clusters, key=lambda c: (c.excess or 0.0, c.size, c.cluster_id), default=None)
-    severity = max((a.severity for a in alerts), key=_rank)
     scope = _scope(alerts, clusters)
     impact = _impact(alerts, clusters, scope)
+    severity = _severity(alerts, impact, config)
     title = _title(first, strongest, scope)
     examples: list[str] = []
     for c in sorted(clusters, key=lambda c: -(c.excess or 0.0)):
@@ -221,6 +225,15 @@ def began(alerts: Sequence[Alert], clusters: Sequence[ClusterRow]) -> datetime:
     of the window it breached in, so it began a window (its detector's, as the alert's window spans) before."""
     firsts = [a.started_at - (a.window_end - a.window_start) for a in alerts]
     return min(firsts + [c.window_start for c in clusters])
+
+
+def _severity(alerts: Sequence[Alert], impact: Mapping[str, Any], config: Config) -> str:
+    """Its alerts' gravest, raised to critical by its impact: many bad requests, or an SLO budget burning fast."""
+    gravest = max((a.severity for a in alerts), key=_rank)
+    burning = (impact["slo_burn_rate"] or 0.0) >= PAGE_BURN_RATE
+    if burning or (impact["bad_requests"] or 0) >= config.critical_bad_requests:
+        return "critical"
+    return gravest
 
 
 def _rank(severity: str) -> int:

@@ -163,8 +163,10 @@ class BurnRule(BaseModel):
         return self
 
 
+# The workbook's fast burn: 2 % of a 30-day budget in an hour. Incidents burning this fast are critical too.
+PAGE_BURN_RATE = 14.4
 DEFAULT_RULES = (
-    BurnRule(severity=Severity.CRITICAL, burn_rate=14.4, long_seconds=3600, short_seconds=300),
+    BurnRule(severity=Severity.CRITICAL, burn_rate=PAGE_BURN_RATE, long_seconds=3600, short_seconds=300),
     BurnRule(severity=Severity.CRITICAL, burn_rate=6.0, long_seconds=21_600, short_seconds=1800),
     BurnRule(severity=Severity.WARNING, burn_rate=1.0, long_seconds=259_200, short_seconds=21_600),
 )

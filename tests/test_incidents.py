@@ -142,7 +142,7 @@ def test_an_incident_says_its_cause_scope_impact_severity_and_fix() -> None:
     ]
     [incident] = build([*kv, slo], clusters, CONFIG, AT)
     assert incident.title.startswith("cache_bucket=low on replicas r0, r1: ")
-    assert incident.severity == "critical"
+    assert incident.severity == "critical"  # r1's alert is
     assert incident.cause == {"signature": {"cache_bucket": "low"}, "symptom": "latency_tail",
                               "cluster_id": "00000000000000c3"}  # fmt: skip
     assert incident.scope == {"tenants": ["a"], "replicas": ["r0", "r1"], "deployments": [], "models": []}
@@ -215,6 +215,20 @@ def test_webhooks_get_the_incident_whole_and_alertmanager_its_id_on_each_alert()
     assert "incident_id" not in alone["labels"] and "incident" not in alone["annotations"]
 
 
+def test_its_impact_makes_an_incident_critical_many_bad_requests_or_a_fast_burning_budget() -> None:
+    drift = alert("replica_skew", R3, 0, explanation="explained by cluster 00000000000000c1 on latency_tail: ...")
+    bad = CONFIG.critical_bad_requests
+
+    def severity(bad_requests: int, burn: float | None = None) -> str:
+        slo = [alert("slo_burn", {"slo": "s", "replica_id": "r3"}, 1, value=burn)] if burn is not None else []
+        found = [cluster("00000000000000c1", {"replica_id": "r3"}, 5, size=5000, bad=bad_requests)]
+        [incident] = build([drift, *slo], found, CONFIG, AT)
+        return incident.severity
+
+    assert (severity(bad - 1), severity(bad)) == ("warning", "critical")
+    assert (severity(0, burn=14.3), severity(0, burn=14.4)) == ("warning", "critical")
+
+
 def test_a_cluster_alone_opens_no_incident_and_no_alerts_none() -> None:
     assert build([], [cluster("00000000000000c1", {"replica_id": "r3"}, 5)], CONFIG, AT) == []
 
@@ -266,7 +280,10 @@ def test_three_simultaneous_causes_are_three_open_incidents_each_naming_its_caus
     for incident in incidents:
         assert incident["state"] == "open" and incident["cluster_ids"] and incident["example_trace_ids"]
         assert incident["summary"].startswith("Since ")
-    assert 'tailwatch_incidents_open{severity="warning"} 3.0' in metrics
+    # The pods' incident holds over a thousand bad requests: critical, whatever its alerts said.
+    assert kv["severity"] == "critical" and kv["impact"]["bad_requests"] >= 1000
+    assert 'tailwatch_incidents_open{severity="warning"} 2.0' in metrics
+    assert 'tailwatch_incidents_open{severity="critical"} 1.0' in metrics
     assert "/v1/incidents" in openapi["paths"] and "Incident" in openapi["components"]["schemas"]
 
 
