@@ -140,17 +140,21 @@ class _Parts:
 EngineOf = Callable[[Incident], Mapping[str, Any]]
 
 
-def build(
-    alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Config, at: datetime,
-    engine_of: EngineOf = lambda _: {},
-) -> list[Incident]:  # fmt: skip
-    """The incidents the alerts and clusters make as of `at`, oldest first; `engine_of` says what the engines
-    showed during one (`engine_during`), for its summary."""
+Members = tuple[list[Alert], list[ClusterRow]]
+
+
+def group(alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Config) -> list[Members]:
+    """Which alerts and clusters are one incident: each incident's alerts (oldest first) and clusters."""
     reach = timedelta(seconds=config.neighbourhood_seconds)
     alerts = sorted(alerts, key=lambda a: (a.started_at, a.alert_id))
     by_cluster = {c.cluster_id: c for c in clusters}
     parts = _Parts([*(f"a:{a.alert_id}" for a in alerts), *(f"c:{c}" for c in by_cluster)])
     groups = {a.alert_id: specific(a) for a in alerts}
+    # The clusters naming each dimension's value: an alert's group is looked up, not tested against every cluster.
+    naming: dict[tuple[str, str], list[ClusterRow]] = {}
+    for c in clusters:
+        for item in c.signature.items():
+            naming.setdefault(item, []).append(c)
     for i, a in enumerate(alerts):
         for b in alerts[i + 1 :]:
             if b.started_at > _last_seen(a) + reach:
@@ -161,24 +165,46 @@ def build(
         named = explained_by(a)
         if named in by_cluster:
             parts.join(f"a:{a.alert_id}", f"c:{named}")
-        for c in clusters:
-            if _holds(c, groups[a.alert_id]) and _near(c, a, reach):
+        mine = groups[a.alert_id]
+        candidates = min((naming.get(item, []) for item in mine.items()), key=len, default=[])
+        for c in candidates:
+            if _holds(c, mine) and _near(c, a, reach):
                 parts.join(f"a:{a.alert_id}", f"c:{c.cluster_id}")
-    # One group found again in the windows after: the same cause, as long as it keeps being found.
+    # One group found again in the windows after: the same cause, as long as each finding follows the one before
+    # within the neighbourhood.
     ordered = sorted(clusters, key=lambda c: (c.window_end, c.cluster_id))
-    for i, c in enumerate(ordered):
-        for d in ordered[i + 1 :]:
-            if d.signature == c.signature and d.window_start <= c.window_end + reach:
-                parts.join(f"c:{c.cluster_id}", f"c:{d.cluster_id}")
-    members: dict[str, tuple[list[Alert], list[ClusterRow]]] = {}
+    last: dict[str, ClusterRow] = {}
+    for c in ordered:
+        key = json.dumps(c.signature, sort_keys=True)
+        before = last.get(key)
+        if before is not None and c.window_start <= before.window_end + reach:
+            parts.join(f"c:{before.cluster_id}", f"c:{c.cluster_id}")
+        last[key] = c
+    members: dict[str, Members] = {}
     for a in alerts:  # oldest first: an incident's first alert is its earliest
         members.setdefault(parts.find(f"a:{a.alert_id}"), ([], []))[0].append(a)
     for c in ordered:
         root = parts.find(f"c:{c.cluster_id}")
         if root in members:  # a cluster that no alert ties to opens nothing
             members[root][1].append(c)
-    incidents = [_incident(a, c, config, at, engine_of) for a, c in members.values()]
+    return list(members.values())
+
+
+def render(
+    members: Sequence[Members], config: Config, at: datetime, engine_of: EngineOf = lambda _: {}
+) -> list[Incident]:
+    """Each incident as it reads, oldest first; `engine_of` says what the engines showed during one
+    (`engine_during`), for its summary."""
+    incidents = [_incident(a, c, config, at, engine_of) for a, c in members]
     return sorted(incidents, key=lambda i: (i.started_at, i.incident_id))
+
+
+def build(
+    alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Config, at: datetime,
+    engine_of: EngineOf = lambda _: {},
+) -> list[Incident]:  # fmt: skip
+    """The incidents the alerts and clusters make as of `at`, oldest first."""
+    return render(group(alerts, clusters, config), config, at, engine_of)
 
 
 def _incident(
@@ -337,7 +363,7 @@ def _summary(incident: Incident, alerts: list[Alert], strongest: ClusterRow | No
         out.append(f"SLO budget burning at {impact['slo_burn_rate']:.3g}x.")
     firing = sum(a.state == "firing" for a in alerts)
     out.append(f"Alerts: {len(alerts)} ({firing} firing): " + "; ".join(_lead(a.summary) for a in alerts[:5]) + ".")
-    if incident.engine:
+    if set(incident.engine) & set(_ENGINE_WORDS):
         out.append(_engine_said(incident.engine))
     if strongest is not None:
         out.append(f"Strongest evidence: {strongest.summary.rstrip('.')}.")
@@ -360,7 +386,8 @@ def engine_window(incident: Incident, at: datetime) -> tuple[datetime, datetime,
 def engine_during(requests: pl.DataFrame, incident: Incident, at: datetime) -> dict[str, Any]:
     """Its replicas' engine facts (the fleet's where it names none) in its first hour against the hour before:
     mean queue depth and KV-cache usage, the share of requests preempted, the mean cache hit ratio, and the
-    queue by replica during it. Empty where no request of either hour has an engine fact."""
+    queue by replica during it; `through`, the end of what was read of its first hour. No facts where no request
+    of either hour has one."""
     before, start, end = engine_window(incident, at)
     replicas = incident.scope["replicas"]
     mine = requests.filter(pl.col("replica_id").is_in(replicas)) if replicas else requests
@@ -374,13 +401,13 @@ def engine_during(requests: pl.DataFrame, incident: Incident, at: datetime) -> d
         "preempted_share": (pl.col("preemptions") > 0).cast(pl.Float64).mean(),
         "cache_hit_ratio": pl.col("cache_hit_ratio").mean(),
     }
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"through": end.isoformat()}
     for name, expr in figures.items():
         values = {hour: frame.select(expr).item() for hour, frame in hours.items()}
         if any(v is not None for v in values.values()):
             out[name] = values
-    if not out:
-        return {}
+    if len(out) == 1:
+        return out
     queues = (
         hours["during"].group_by("replica_id").agg(pl.col("queue_depth").cast(pl.Float64).mean())
         .drop_nulls().sort(["queue_depth", "replica_id"], descending=[True, False]).head(3)
@@ -479,31 +506,53 @@ class IncidentPass:
             i.incident_id: i
             for i in map(Incident.from_row, self._store.incidents(since=since, limit=_KEPT).to_pylist())
         }
-        draft = build(alerts, clusters, self.config, at)
-        engine = self._engine(draft, kept, at)
-        incidents = build(alerts, clusters, self.config, at, lambda i: engine.get(i.incident_id, {}))
+        members = group(alerts, clusters, self.config)
+        engine = self._engine(render(members, self.config, at), kept, at)
+        incidents = render(members, self.config, at, lambda i: engine.get(i.incident_id, {}))
         self._store.keep_incidents([i for i in incidents if kept.get(i.incident_id) != i])
         if self._metrics is not None:
             self._metrics.show(incidents)
         return Tied(incidents, transitions(kept, incidents))
 
     def _engine(self, draft: list[Incident], kept: Mapping[str, Incident], at: datetime) -> dict[str, Any]:
-        """Each incident's engine facts: kept where they were read after its first hour, read again otherwise."""
+        """Each incident's engine facts: read when it opens or grows, and once more when its first hour is over;
+        kept otherwise, so a pass reads them only for incidents that changed."""
         out: dict[str, Any] = {}
         due = []
         for incident in draft:
             stored = kept.get(incident.incident_id)
-            settled = stored is not None and stored.updated_at >= incident.started_at + ENGINE_HOUR
-            if settled and stored is not None:
+            if stored is not None and "through" in stored.engine and not engine_due(stored, incident, at):
                 out[incident.incident_id] = stored.engine
             else:
                 due.append(incident)
         if not due or self._source is None:
             return out
+        frames = []
         windows = [engine_window(i, at) for i in due]
-        read = Requests(Window(min(w[0] for w in windows), max(w[2] for w in windows)), ENGINE_COLUMNS)
-        frame = pl.from_arrow(read.fetch(self._source))
-        assert isinstance(frame, pl.DataFrame)
+        for start, end in _merged([(before, end) for before, _, end in windows]):
+            frames.append(pl.from_arrow(Requests(Window(start, end), ENGINE_COLUMNS).fetch(self._source)))
+        frame = pl.concat([f for f in frames if isinstance(f, pl.DataFrame)])
         for incident in due:
             out[incident.incident_id] = engine_during(frame, incident, at)
         return out
+
+
+def engine_due(stored: Incident, incident: Incident, at: datetime) -> bool:
+    """Whether an incident's engine facts are to be read again: it grew or began elsewhere, or its first hour
+    (or its life, if shorter) ended since they were read."""
+    grew = (stored.alert_ids, stored.cluster_ids, stored.started_at, stored.scope) != (
+        incident.alert_ids, incident.cluster_ids, incident.started_at, incident.scope,
+    )  # fmt: skip
+    final = min(incident.resolved_at or incident.started_at + ENGINE_HOUR, incident.started_at + ENGINE_HOUR)
+    return grew or datetime.fromisoformat(stored.engine["through"]) < final <= at
+
+
+def _merged(spans: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """Overlapping time spans as one: each stretch of requests is read once."""
+    out: list[tuple[datetime, datetime]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out

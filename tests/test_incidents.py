@@ -17,10 +17,19 @@ from receivers import Alertmanager, WebhookReceiver
 from waiting import HANG_GUARD, wait_until
 
 from detectors.alerts import Evaluation, fingerprint
-from detectors.incidents import ClusterRow, Config, began, build, engine_during, transitions
+from detectors.incidents import (
+    ClusterRow,
+    Config,
+    began,
+    build,
+    engine_due,
+    engine_during,
+    engine_window,
+    transitions,
+)
 from detectors.notify import alertmanager_payload, incident_payload
 from simulator import model, simulate
-from storage.ports import Alert
+from storage.ports import Alert, Incident
 
 T0 = datetime(2026, 11, 28, 12, 0)
 CONFIG = Config()
@@ -171,6 +180,7 @@ def test_the_engine_facts_are_its_replicas_in_its_first_hour_against_the_hour_be
         req("r1", 10, 40, 1.0, 3, 0.0),  # another replica: not this incident's
     ])  # fmt: skip
     engine = engine_during(frame, incident, AT + timedelta(hours=2))
+    assert engine.pop("through") == (start + timedelta(hours=1)).isoformat()
     assert engine == {
         "queue_depth": {"during": 10.0, "before": 1.0},
         "kv_cache_usage": {"during": 0.9, "before": 0.4},
@@ -178,7 +188,29 @@ def test_the_engine_facts_are_its_replicas_in_its_first_hour_against_the_hour_be
         "cache_hit_ratio": {"during": pytest.approx(0.3), "before": 0.9},
         "queue_by_replica": {"r0": 10.0},
     }
-    assert engine_during(frame.filter(pl.col("replica_id") == "r9"), incident, AT) == {}
+    later = AT + timedelta(hours=2)
+    none = engine_during(frame.filter(pl.col("replica_id") == "r9"), incident, later)
+    assert none == {"through": (start + timedelta(hours=1)).isoformat()}  # read, and nothing found
+
+
+def test_engine_facts_are_read_when_it_opens_or_grows_and_once_more_when_its_first_hour_is_over() -> None:
+    first = alert("replica_skew", R3, 0)
+    [young] = build([first], [], CONFIG, AT)
+    hour_over = young.started_at + timedelta(hours=1)
+
+    def read_at(at: datetime) -> Incident:
+        return replace(young, engine={"through": engine_window(young, at)[2].isoformat()})
+
+    kept = read_at(AT)
+    assert not engine_due(kept, young, AT + timedelta(minutes=5))  # young and unchanged: what was read stands
+    assert engine_due(kept, young, hour_over)  # its first hour is over: read it whole, once
+    assert not engine_due(read_at(hour_over), young, hour_over + timedelta(hours=3))
+    [grown] = build([first, alert("replica_skew", R3, 4)], [], CONFIG, AT)
+    assert engine_due(kept, grown, AT + timedelta(minutes=5))
+    ended = replace(young, state="resolved", resolved_at=AT + timedelta(minutes=10))
+    assert engine_due(kept, ended, AT + timedelta(minutes=30)) and not engine_due(
+        read_at(ended.resolved_at), ended, AT + timedelta(hours=5)
+    )
 
 
 def test_an_incident_pages_when_it_opens_grows_changes_severity_and_resolves_and_not_otherwise() -> None:
