@@ -383,11 +383,14 @@ def engine_window(incident: Incident, at: datetime) -> tuple[datetime, datetime,
     return start - ENGINE_HOUR, start, max(end, start)
 
 
-def engine_during(requests: pl.DataFrame, incident: Incident, at: datetime) -> dict[str, Any]:
+def engine_during(
+    requests: pl.DataFrame, incident: Incident, at: datetime, known: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Its replicas' engine facts (the fleet's where it names none) in its first hour against the hour before:
     mean queue depth and KV-cache usage, the share of requests preempted, the mean cache hit ratio, and the
     queue by replica during it; `through`, the end of what was read of its first hour. No facts where no request
-    of either hour has one."""
+    of either hour has one. `known`: its facts as read before, whose hour before stands (the same start and
+    replicas), so `requests` need only hold its first hour."""
     before, start, end = engine_window(incident, at)
     replicas = incident.scope["replicas"]
     mine = requests.filter(pl.col("replica_id").is_in(replicas)) if replicas else requests
@@ -404,6 +407,8 @@ def engine_during(requests: pl.DataFrame, incident: Incident, at: datetime) -> d
     out: dict[str, Any] = {"through": end.isoformat()}
     for name, expr in figures.items():
         values = {hour: frame.select(expr).item() for hour, frame in hours.items()}
+        if known is not None:
+            values["before"] = known.get(name, {}).get("before")
         if any(v is not None for v in values.values()):
             out[name] = values
     if len(out) == 1:
@@ -527,13 +532,22 @@ class IncidentPass:
                 due.append(incident)
         if not due or self._source is None:
             return out
-        frames = []
-        windows = [engine_window(i, at) for i in due]
-        for start, end in _merged([(before, end) for before, _, end in windows]):
-            frames.append(pl.from_arrow(Requests(Window(start, end), ENGINE_COLUMNS).fetch(self._source)))
+        # An incident that began where it did and on the same replicas keeps its hour before: only its first
+        # hour is read again.
+        known = {
+            i.incident_id: stored.engine
+            for i in due
+            if (stored := kept.get(i.incident_id)) is not None and "through" in stored.engine
+            and (stored.started_at, stored.scope["replicas"]) == (i.started_at, i.scope["replicas"])
+        }  # fmt: skip
+        spans = []
+        for incident in due:
+            before, start, end = engine_window(incident, at)
+            spans.append((start if incident.incident_id in known else before, end))
+        frames = [pl.from_arrow(Requests(Window(a, b), ENGINE_COLUMNS).fetch(self._source)) for a, b in _merged(spans)]
         frame = pl.concat([f for f in frames if isinstance(f, pl.DataFrame)])
         for incident in due:
-            out[incident.incident_id] = engine_during(frame, incident, at)
+            out[incident.incident_id] = engine_during(frame, incident, at, known.get(incident.incident_id))
         return out
 
 

@@ -188,6 +188,12 @@ def test_the_engine_facts_are_its_replicas_in_its_first_hour_against_the_hour_be
         "cache_hit_ratio": {"during": pytest.approx(0.3), "before": 0.9},
         "queue_by_replica": {"r0": 10.0},
     }
+    # Read again after it grew, its hour before stands as first read: only its first hour is read.
+    first_hour = frame.filter(pl.col("end_time") >= start)
+    known = {"queue_depth": {"during": 1.0, "before": 7.0}, "through": start.isoformat()}
+    again = engine_during(first_hour, incident, AT + timedelta(hours=2), known)
+    assert again["queue_depth"] == {"during": 10.0, "before": 7.0}
+    assert again["kv_cache_usage"] == {"during": 0.9, "before": None}  # none known before
     later = AT + timedelta(hours=2)
     none = engine_during(frame.filter(pl.col("replica_id") == "r9"), incident, later)
     assert none == {"through": (start + timedelta(hours=1)).isoformat()}  # read, and nothing found
