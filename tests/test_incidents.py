@@ -122,8 +122,24 @@ def test_a_flapping_alert_is_one_incident_that_resolves_after_the_hold_off() -> 
 
 def test_a_refire_after_the_neighbourhood_is_a_new_incident() -> None:
     first = alert("replica_skew", R3, 0, resolved=5)
-    later = alert("replica_skew", R3, 5 + CONFIG.neighbourhood_seconds // 60 + 1)
+    reach = CONFIG.neighbourhood_seconds // 60
+    at_the_edge = alert("replica_skew", R3, 5 + reach)
+    assert len(build([first, at_the_edge], [], CONFIG, AT + timedelta(hours=1))) == 1
+    later = alert("replica_skew", R3, 5 + reach + 1)
     assert len(build([first, later], [], CONFIG, AT + timedelta(hours=1))) == 2
+
+
+def test_a_group_found_again_is_one_cause_only_while_each_finding_follows_the_last_within_the_neighbourhood() -> None:
+    drift = alert("replica_skew", R3, 0, resolved=5, explanation="explained by cluster 00000000000000c1 on x: ...")
+    reach = CONFIG.neighbourhood_seconds // 60
+    # The second window starts right at the first's end plus the neighbourhood; the third a minute past it.
+    chain = [
+        cluster("00000000000000c1", {"provider": "p"}, 5 + reach),
+        cluster("00000000000000c2", {"provider": "p"}, 10 + 2 * reach),
+    ]
+    gone = cluster("00000000000000c9", {"provider": "p"}, 10 + 3 * reach + 6)
+    [incident] = build([drift], [*chain, gone], CONFIG, AT + timedelta(hours=3))
+    assert incident.cluster_ids == ("00000000000000c1", "00000000000000c2")
 
 
 def test_incidents_are_the_same_whatever_the_order_of_the_evidence() -> None:
