@@ -27,6 +27,8 @@ from detectors.alerts import Evaluation, fingerprint
 from detectors.base import Condition, Detection, DetectorConfig, Window
 from detectors.clusters import EPISODE_COLUMNS
 from detectors.detection import DetectionPass, DetectorMetrics
+from detectors.incidents import Config as IncidentsConfig
+from detectors.incidents import IncidentPass, Transition
 from detectors.registry import REGISTRY, get
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.sql_reader import Reader
@@ -35,6 +37,7 @@ from storage.ports import (
     Episode,
     FiringAlerts,
     FrameBudget,
+    Incident,
     Read,
     Requests,
     RequestSummary,
@@ -176,10 +179,18 @@ class RecordingSink:
     def __init__(self) -> None:
         self.published: list[tuple[str, Evaluation]] = []
         self.intervals: list[int] = []
+        self.incidents: dict[str, str] = {}  # the incident each published alert is in
+        self.transitions: list[tuple[Transition, str]] = []
 
-    def publish(self, detector: str, evaluation: Evaluation, interval_seconds: int) -> None:
+    def publish(
+        self, detector: str, evaluation: Evaluation, interval_seconds: int, incidents: Mapping[str, Incident]
+    ) -> None:
         self.published.append((detector, evaluation))
         self.intervals.append(interval_seconds)
+        self.incidents.update({a: i.incident_id for a, i in incidents.items()})
+
+    def publish_incident(self, transition: Transition, incident: Incident) -> None:
+        self.transitions.append((transition, incident.incident_id))
 
 
 def test_a_firing_alert_whose_condition_has_cleared_is_resolved_by_the_next_run_with_its_stored_labels(
@@ -218,6 +229,33 @@ def test_a_firing_alert_whose_condition_has_cleared_is_resolved_by_the_next_run_
         AT,
         datetime(2026, 11, 20, 11, 55),
     )
+
+
+def test_alerts_are_published_after_the_pass_with_the_incident_each_is_in_and_its_transition(store: Store) -> None:
+    labels = {"signal": "latency_p99", "tenant_id": "smallco"}
+    fp = fingerprint("tenant_fairness", labels)
+
+    def plant(con: Any) -> None:
+        con.execute(
+            """INSERT INTO alerts VALUES ('a4', 'tenant_fairness', ?, 'warning', 'firing', ?, 'tenant smallco is slow',
+               2.9, 1.5, '2026-11-20 11:49:30', '2026-11-20 11:54:30', '2026-11-20 11:55', NULL, '2026-11-20 11:55',
+               NULL)""",
+            [fp, json.dumps(labels)],
+        )
+
+    store.writer.submit(plant).result(timeout=HANG_GUARD)
+    sink = RecordingSink()
+    incidents = IncidentPass(store.storage.incident_store, IncidentsConfig())
+    detection = DetectionPass(
+        store.storage.windows, store.storage.detector_store, store.configs, sink=sink, incidents=incidents
+    )
+    detection.run(AT, ["tenant_fairness"])  # the window is empty: the alert resolves, within the hold-off
+    [(incident_id, state)] = store.rows("SELECT incident_id, state FROM incidents")
+    assert state == "open"
+    assert sink.incidents == {"a4": incident_id}
+    assert sink.transitions == [("opened", incident_id)]
+    detection.run(AT + timedelta(seconds=IncidentsConfig().hold_off_seconds), ["tenant_fairness"])
+    assert sink.transitions == [("opened", incident_id), ("resolved", incident_id)]
 
 
 def test_what_clusters_says_of_a_firing_alert_is_stored_on_the_alert(store: Store) -> None:
