@@ -120,6 +120,26 @@ def test_a_flapping_alert_is_one_incident_that_resolves_after_the_hold_off() -> 
     assert (over.state, over.resolved_at, over.incident_id) == ("resolved", at_end, held.incident_id)
 
 
+def test_a_cluster_joins_an_alert_only_when_it_holds_the_whole_group_up_to_the_edges_of_the_neighbourhood() -> None:
+    reach = CONFIG.neighbourhood_seconds // 60
+    both = alert("replica_skew", {"replica_id": "r3", "tenant_id": "a", "signal": "x"}, 60, updated=70)
+    half = cluster("00000000000000c1", {"replica_id": "r3"}, 65)  # names the replica, not the tenant
+    whole = cluster("00000000000000c2", {"replica_id": "r3", "tenant_id": "a"}, 65)
+    # Clusters naming the tenant elsewhere make the replica the group's rarer value, looked up first.
+    elsewhere = [cluster(f"00000000000000d{i}", {"tenant_id": "a", "model": f"m{i}"}, 65) for i in range(3)]
+    [incident] = build([both], [half, whole, *elsewhere], CONFIG, AT + timedelta(hours=3))
+    assert incident.cluster_ids == ("00000000000000c2",)
+
+    # A window ending right at the alert's start less the neighbourhood, and one starting right at its last
+    # evaluation plus it, are near; a minute further, neither is.
+    def joins(ends: int) -> bool:
+        found = cluster("00000000000000c3", {"replica_id": "r3", "tenant_id": "a"}, ends)
+        return build([both], [found], CONFIG, AT + timedelta(hours=3))[0].cluster_ids == ("00000000000000c3",)
+
+    assert [joins(60 - reach), joins(70 + reach + 5)] == [True, True]
+    assert [joins(60 - reach - 1), joins(70 + reach + 6)] == [False, False]
+
+
 def test_a_refire_after_the_neighbourhood_is_a_new_incident() -> None:
     first = alert("replica_skew", R3, 0, resolved=5)
     reach = CONFIG.neighbourhood_seconds // 60
@@ -210,6 +230,11 @@ def test_the_engine_facts_are_its_replicas_in_its_first_hour_against_the_hour_be
     again = engine_during(first_hour, incident, AT + timedelta(hours=2), known)
     assert again["queue_depth"] == {"during": 10.0, "before": 7.0}
     assert again["kv_cache_usage"] == {"during": 0.9, "before": None}  # none known before
+    # An incident that ended within its first hour: what came after its end is not its hour.
+    ended = replace(incident, resolved_at=start + timedelta(minutes=30))
+    assert engine_during(frame, ended, AT + timedelta(hours=2))["queue_depth"]["during"] == 9.0
+    # A replay as of a time before it ended reads up to that time only.
+    assert engine_window(ended, start + timedelta(minutes=20))[2] == start + timedelta(minutes=20)
     later = AT + timedelta(hours=2)
     none = engine_during(frame.filter(pl.col("replica_id") == "r9"), incident, later)
     assert none == {"through": (start + timedelta(hours=1)).isoformat()}  # read, and nothing found
