@@ -308,6 +308,19 @@ def test_its_impact_makes_an_incident_critical_many_bad_requests_or_a_fast_burni
     assert (severity(0, burn=14.3), severity(0, burn=14.4)) == ("warning", "critical")
 
 
+def test_an_incidents_severity_is_its_gravest_alerts_without_impact() -> None:
+    def severity(*levels: str, config: Config = CONFIG) -> str:
+        alerts = [alert("replica_skew", R3, i, severity=level) for i, level in enumerate(levels)]
+        [incident] = build(alerts, [], config, AT)
+        return incident.severity
+
+    assert severity("warning", "critical", "info") == "critical"
+    assert severity("info", "warning") == severity("warning", "info") == "warning"
+    assert severity("info") == "info"
+    # No cluster: no count of bad requests, so even a bar of one is not reached.
+    assert severity("info", config=Config(critical_bad_requests=1)) == "info"
+
+
 def test_a_cluster_alone_opens_no_incident_and_no_alerts_none() -> None:
     assert build([], [cluster("00000000000000c1", {"replica_id": "r3"}, 5)], CONFIG, AT) == []
 
