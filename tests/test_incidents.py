@@ -321,6 +321,21 @@ def test_an_incidents_severity_is_its_gravest_alerts_without_impact() -> None:
     assert severity("info", config=Config(critical_bad_requests=1)) == "info"
 
 
+def test_impact_counts_a_windows_largest_cluster_and_says_none_where_nothing_was_counted() -> None:
+    drift = alert("replica_skew", R3, 0, value=9.0)
+    [alone] = build([drift], [], CONFIG, AT)
+    assert alone.impact == {"requests": None, "bad_requests": None, "tenants": 0, "replicas": 1, "slo_burn_rate": None}
+    # Two clusters of one window the same size: the one with more bad requests speaks for it, whichever comes first.
+    same = [cluster("00000000000000c1", {"replica_id": "r3"}, 5, size=100, bad=40),
+            cluster("00000000000000c2", {"replica_id": "r3", "tenant_id": "a"}, 5, size=100, bad=60)]  # fmt: skip
+    for found in (same, same[::-1]):
+        [incident] = build([drift], found, CONFIG, AT)
+        assert (incident.impact["requests"], incident.impact["bad_requests"]) == (100, 60)
+    # A cluster stored before clusters counted bad requests adds none.
+    legacy = replace(cluster("00000000000000c3", {"replica_id": "r3"}, 10), bad=None)
+    assert build([drift], [legacy], CONFIG, AT)[0].impact["bad_requests"] == 0
+
+
 def test_a_cluster_alone_opens_no_incident_and_no_alerts_none() -> None:
     assert build([], [cluster("00000000000000c1", {"replica_id": "r3"}, 5)], CONFIG, AT) == []
 
