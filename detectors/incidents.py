@@ -158,7 +158,7 @@ def group(alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Confi
     for i, a in enumerate(alerts):
         for b in alerts[i + 1 :]:
             if b.started_at > _last_seen(a) + reach:
-                continue
+                break  # the alerts are in order of start: every later one began later still
             same_group = groups[a.alert_id] and groups[a.alert_id].items() & groups[b.alert_id].items()
             if same_group or a.fingerprint == b.fingerprint:
                 parts.join(f"a:{a.alert_id}", f"a:{b.alert_id}")

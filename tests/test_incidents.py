@@ -160,6 +160,13 @@ def test_a_group_found_again_is_one_cause_only_while_each_finding_follows_the_la
     gone = cluster("00000000000000c9", {"provider": "p"}, 10 + 3 * reach + 6)
     [incident] = build([drift], [*chain, gone], CONFIG, AT + timedelta(hours=3))
     assert incident.cluster_ids == ("00000000000000c1", "00000000000000c2")
+    # One signature whatever order its dimensions were written in.
+    pair = [cluster("00000000000000c1", {"provider": "p", "tenant_id": "a"}, 5 + reach),
+            cluster("00000000000000c2", {"tenant_id": "a", "provider": "p"}, 10 + 2 * reach)]  # fmt: skip
+    assert build([drift], pair, CONFIG, AT + timedelta(hours=3))[0].cluster_ids == (
+        "00000000000000c1",
+        "00000000000000c2",
+    )
 
 
 def test_incidents_are_the_same_whatever_the_order_of_the_evidence() -> None:
