@@ -520,8 +520,8 @@ class IncidentPass:
         return Tied(incidents, transitions(kept, incidents))
 
     def _engine(self, draft: list[Incident], kept: Mapping[str, Incident], at: datetime) -> dict[str, Any]:
-        """Each incident's engine facts: read when it opens or grows, and once more when its first hour is over;
-        kept otherwise, so a pass reads them only for incidents that changed."""
+        """Each incident's engine facts: read when it opens or its start or replicas change, and once more when its
+        first hour is over; kept otherwise, so a pass reads them only for incidents that changed that way."""
         out: dict[str, Any] = {}
         due = []
         for incident in draft:
@@ -552,11 +552,10 @@ class IncidentPass:
 
 
 def engine_due(stored: Incident, incident: Incident, at: datetime) -> bool:
-    """Whether an incident's engine facts are to be read again: it grew or began elsewhere, or its first hour
-    (or its life, if shorter) ended since they were read."""
-    grew = (stored.alert_ids, stored.cluster_ids, stored.started_at, stored.scope) != (
-        incident.alert_ids, incident.cluster_ids, incident.started_at, incident.scope,
-    )  # fmt: skip
+    """Whether an incident's engine facts are to be read again: they are its replicas' over its first hour and
+    the hour before, so only when it now began elsewhere or spans other replicas, or when that hour (or its life,
+    if shorter) ended since they were read. An alert or cluster joining on the same replicas changes none."""
+    grew = (stored.started_at, stored.scope["replicas"]) != (incident.started_at, incident.scope["replicas"])
     final = min(incident.resolved_at or incident.started_at + ENGINE_HOUR, incident.started_at + ENGINE_HOUR)
     return grew or datetime.fromisoformat(stored.engine["through"]) < final <= at
 

@@ -259,8 +259,12 @@ def test_engine_facts_are_read_when_it_opens_or_grows_and_once_more_when_its_fir
     assert not engine_due(kept, young, AT + timedelta(minutes=5))  # young and unchanged: what was read stands
     assert engine_due(kept, young, hour_over)  # its first hour is over: read it whole, once
     assert not engine_due(read_at(hour_over), young, hour_over + timedelta(hours=3))
+    # An alert more on the same replica changes no engine fact; one on another replica, or an earlier start, does.
     [grown] = build([first, alert("replica_skew", R3, 4)], [], CONFIG, AT)
-    assert engine_due(kept, grown, AT + timedelta(minutes=5))
+    assert not engine_due(kept, grown, AT + timedelta(minutes=5))
+    wider = replace(young, scope={**young.scope, "replicas": ["r3", "r4"]})
+    assert engine_due(kept, wider, AT + timedelta(minutes=5))
+    assert engine_due(kept, replace(young, started_at=young.started_at - timedelta(minutes=5)), AT)
     ended = replace(young, state="resolved", resolved_at=AT + timedelta(minutes=10))
     assert engine_due(kept, ended, AT + timedelta(minutes=30)) and not engine_due(
         read_at(ended.resolved_at), ended, AT + timedelta(hours=5)
