@@ -98,6 +98,8 @@ EXPLAINED = ("replica_skew", "tenant_fairness", "quantization_delta", "cache_cur
 # cache_bucket=low on two scores). Causes apart share few: a drifting replica's failed answers are not a
 # noisy neighbour's slow ones.
 SAME_REQUESTS = 0.8
+# How an explanation names the cluster that explains an alert: incidents read the cluster's id back from it.
+EXPLAINED_BY = "explained by cluster"
 # How the plain fact names a group by the dimensions people call things by; other dimensions are `key=value`.
 NOUNS = {"replica_id": "replica", "tenant_id": "tenant", "model": "model", "deployment": "deployment",
          "quantization": "quantization"}  # fmt: skip
@@ -868,18 +870,18 @@ def _row(
 def summary(cluster: Candidate, symptoms: list[Symptom], found: Found, window: Window) -> str:
     """The plain fact first (who shows what, how often against the rest, over which time), then the numbers."""
     evidence, symptom = cluster.tested(), symptoms[cluster.symptom]
-    subject, plural = _subject(dict(cluster.signature))
-    when = f"since {_clock(cluster.directed.since)}" if cluster.directed is not None else f"in {window.label()}"
+    who, plural = subject(dict(cluster.signature))
+    when = f"since {clock(cluster.directed.since)}" if cluster.directed is not None else f"in {window.label()}"
     total_bad = evidence.bad + evidence.bad_outside
     return (
-        f"{subject} {symptom.do if plural else symptom.does} {_percent(evidence.rate_in)} of the time against "
+        f"{who} {symptom.do if plural else symptom.does} {_percent(evidence.rate_in)} of the time against "
         f"{_percent(evidence.rate_out)} on the rest {when}: {evidence.bad:,} of its {evidence.size:,} requests, "
         f"{_times(evidence.risk_ratio)} as likely ({_tested(cluster, found)}); {evidence.excess:,.0f} of the "
         f"{total_bad:,} bad beyond chance"
     )
 
 
-def _subject(signature: Mapping[str, str]) -> tuple[str, bool]:
+def subject(signature: Mapping[str, str]) -> tuple[str, bool]:
     """A group as people name it (`replica r3`, `tenant acme with replica r1`), or `requests with
     cache_bucket=low` where a dimension is no one's name; and whether that subject is plural."""
     nouns = [f"{NOUNS[d]} {v}" for d, v in signature.items() if d in NOUNS]
@@ -890,7 +892,7 @@ def _subject(signature: Mapping[str, str]) -> tuple[str, bool]:
     return f"requests {of}with {' and '.join(others)}", True
 
 
-def _clock(at: datetime) -> str:
+def clock(at: datetime) -> str:
     """A time of day as an on-call engineer reads it against the alert's: 12:05 UTC, 11:54:30 UTC."""
     return f"{at:%H:%M} UTC" if at.second == 0 else f"{at:%H:%M:%S} UTC"
 
@@ -996,7 +998,7 @@ def _explain(
     group, key = dict(h.group), symptoms[h.symptom].key
     for c, row in listed.items():
         if c.symptom == h.symptom and _holds(c, group):
-            return f"explained by cluster {row['cluster_id']} on {key}: {row['summary']}"
+            return f"{EXPLAINED_BY} {row['cluster_id']} on {key}: {row['summary']}"
     # The group itself (or a pair holding it) passed, exploratory or as the alert's own test, but is no row.
     passed = sorted(
         (c for c in found.passed if c.symptom == h.symptom and _holds(c, group)),
@@ -1009,7 +1011,7 @@ def _explain(
         if holder is not None and holder in listed:
             row = listed[holder]
             return (
-                f"explained by cluster {row['cluster_id']} on {symptoms[holder.symptom].key}, which holds the same "
+                f"{EXPLAINED_BY} {row['cluster_id']} on {symptoms[holder.symptom].key}, which holds the same "
                 f"bad requests ({own} passed the evidence test on {key} too: {tested}): {row['summary']}"
             )
         if holder is not None:
@@ -1025,7 +1027,7 @@ def _explain(
         )
     e, test = h.test.evidence, h.test
     return (
-        f"no cluster: {named} did not pass the evidence test on {key} since {_clock(test.since)}: {e.bad:,} of its "
+        f"no cluster: {named} did not pass the evidence test on {key} since {clock(test.since)}: {e.bad:,} of its "
         f"{e.size:,} requests {symptoms[h.symptom].text} ({_percent(e.rate_in)}) against {_percent(e.rate_out)} "
         f"for the rest, risk ratio {e.risk_ratio:.2f}, {p_written(e.p_value)} (bar {written(test.bar)}: Holm over "
         f"{_alert_hypotheses(test.hypotheses)}); " + "; ".join(h.failures)

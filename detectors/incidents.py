@@ -11,8 +11,8 @@ rules (docs/incidents.md):
   (the same fingerprint) within that time: a flapping alert is one incident.
 - An alert and a cluster are one incident when the alert's explanation names the cluster (the cluster holds the
   alert's group's bad requests), or when the cluster's signature holds the alert's specific group and its
-  window lies within `neighbourhood_seconds` of the alert's firing. A cluster of the same signature found in
-  a window within `neighbourhood_seconds` of another's is the same cause found again.
+  window lies within `neighbourhood_seconds` of the alert's firing. A cluster of the same signature found again
+  in a window starting within `neighbourhood_seconds` of the previous finding's end is the same cause.
 - A deployment or model is no cause: two alerts sharing only those stay apart, and an alert naming no specific
   group joins only the incident of a cluster its explanation names.
 - An incident resolves when every alert in it has resolved and `hold_off_seconds` have passed since the last
@@ -36,7 +36,7 @@ import polars as pl
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
-from detectors.clusters import NOUNS, alert_group
+from detectors.clusters import EXPLAINED_BY, NOUNS, alert_group, clock, subject
 from detectors.slo_burn import PAGE_BURN_RATE
 from storage.ports import Alert, Incident, IncidentStore, Requests, Window, WindowSource
 
@@ -45,7 +45,7 @@ _KEPT = 10_000  # incidents of one lookback, far more than a fleet has
 # Sharing these says nothing about a cause: a fleet's faults all share its deployment and model.
 BROAD = frozenset({"deployment", "model"})
 SEVERITIES = ("info", "warning", "critical")
-_EXPLAINED_BY = re.compile(r"explained by cluster ([0-9a-f]{16})")
+_EXPLAINED_BY = re.compile(rf"{EXPLAINED_BY} ([0-9a-f]{{16}})")
 
 
 class Config(BaseModel):
@@ -279,11 +279,12 @@ def _lead(text: str) -> str:
 
 
 def _fact(group: Mapping[str, str], text: str) -> str:
-    """`group: what happened`, the summary's own naming of the group taken off its front."""
-    named, fact = _named(group), _lead(text)
-    for prefix in (f"{named} ", f"{named}: ", f"requests with {named} "):
-        fact = fact.removeprefix(prefix)
-    return f"{named}: {fact}"
+    """`group: what happened`: the summary's own naming of the group taken off its front (a cluster's names it
+    as clusters' `subject` does, an alert's as `group: …`), then its plain fact."""
+    named = _named(group)
+    for prefix in (f"{named}: ", f"{subject(group)[0]} "):
+        text = text.removeprefix(prefix)
+    return f"{named}: {_lead(text)}"
 
 
 def _title(first: Alert, strongest: ClusterRow | None, scope: Mapping[str, list[str]]) -> str:
@@ -337,15 +338,11 @@ def _impact(alerts: list[Alert], clusters: list[ClusterRow], scope: Mapping[str,
     }
 
 
-def _clock(t: datetime) -> str:
-    return t.strftime("%H:%M UTC")
-
-
 def _summary(incident: Incident, alerts: list[Alert], strongest: ClusterRow | None, at: datetime) -> str:
     end = incident.resolved_at or at
     minutes = int((end - incident.started_at).total_seconds() // 60)
-    state = f"resolved at {_clock(incident.resolved_at)}" if incident.resolved_at else "still open"
-    out = [f"Since {_clock(incident.started_at)} on {incident.started_at:%Y-%m-%d} ({minutes} min, {state})."]
+    state = f"resolved at {clock(incident.resolved_at)}" if incident.resolved_at else "still open"
+    out = [f"Since {clock(incident.started_at)} on {incident.started_at:%Y-%m-%d} ({minutes} min, {state})."]
     peak = max(
         (a for a in alerts if a.value is not None and a.threshold),
         key=lambda a: (a.value or 0.0) / (a.threshold or 1.0),

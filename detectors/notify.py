@@ -75,13 +75,12 @@ def webhook_payload(detector: str, status: str, alerts: list[Alert]) -> dict[str
 
 def incident_payload(transition: str, incident: Incident) -> dict[str, Any]:
     """A webhook body for one incident transition: `opened`, `updated` or `resolved`, with the incident whole."""
-    row = {k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in incident.as_row().items()}
     return {
         "receiver": "tailwatch",
         "kind": "incident",
         "status": "resolved" if transition == "resolved" else "firing",
         "transition": transition,
-        "incident": row | {k: json.loads(row[k]) for k in Incident.JSON_COLUMNS},
+        "incident": {k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in vars(incident).items()},
     }
 
 

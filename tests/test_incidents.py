@@ -347,6 +347,20 @@ def test_impact_counts_a_windows_largest_cluster_and_says_none_where_nothing_was
     assert build([drift], [legacy], CONFIG, AT)[0].impact["bad_requests"] == 0
 
 
+def test_an_incident_without_a_cluster_is_titled_by_its_first_alert_group_and_fact() -> None:
+    drift = replace(
+        alert("replica_skew", R3, 0),
+        summary="replica r3: json_adherence mean 0.82 vs 0.88 on the rest of the fleet (−0.06) over 12:00–12:05 UTC",
+    )
+    [incident] = build([drift], [], CONFIG, AT)
+    assert incident.title == "replica r3: json_adherence mean 0.82 vs 0.88 on the rest of the fleet"
+    # A cluster's summary names its group as clusters do: two dimensions, one subject.
+    both = cluster("00000000000000c1", {"tenant_id": "a", "replica_id": "r3"}, 5)
+    both = replace(both, summary="tenant a with replica r3 is slow 30 % of the time since 12:00 UTC: 30 of 100")
+    [joined] = build([drift], [both], CONFIG, AT)
+    assert joined.title == "replica r3, tenant a: is slow 30 % of the time since 12:00 UTC"
+
+
 def test_a_cluster_alone_opens_no_incident_and_no_alerts_none() -> None:
     assert build([], [cluster("00000000000000c1", {"replica_id": "r3"}, 5)], CONFIG, AT) == []
 

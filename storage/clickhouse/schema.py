@@ -210,11 +210,12 @@ def upgrade_table(client: ClickHouse, name: str, columns: Iterable[Column], *, c
             {"t": stored_in(name, cluster)},
         )
     }
-    # A sharded table's Distributed table reads the columns it was told of: it gets the new ones too.
-    altered = {stored_in(name, cluster), name}
+    # A sharded table's Distributed table reads the columns it was told of: it gets the new ones too, after the
+    # local table that holds them.
+    altered = list(dict.fromkeys([stored_in(name, cluster), name]))
     for column in columns:
         if column.name not in have:
-            for table in sorted(altered, key=len, reverse=True):  # the local table first
+            for table in altered:
                 client.command(f"ALTER TABLE {_quote(table)}{on_cluster(cluster)} ADD COLUMN IF NOT EXISTS "
                                f"{_quote(column.name)} {column.type}")  # fmt: skip
     if cluster or layout(name).retried:
@@ -303,7 +304,8 @@ _DEDUP_WINDOW = f", {_WINDOW_SETTING} = {_WINDOW}"
 
 
 def create_otel_traces(table: str, *, cluster: str | None, ttl_days: float | None) -> list[str]:
-    """The exporter's table as Tailwatch writes it (`otel_traces: write`), sharded by trace on a cluster."""
+    """The exporter's table as its DDL makes it, created for `otel_traces: follow` when missing (and the table a
+    store from before the view was fed), sharded by trace on a cluster."""
     ttl = ttl_clause("Timestamp", ttl_days) if ttl_days else ""
     engine = table_engine(table, replacing=False, cluster=cluster, sharded=True)
     created = f"""

@@ -262,10 +262,8 @@ export function lanes(name, caption, { bars, from, to }) {
       'data-x': new Date(b.start).toISOString(), 'data-v': (end - b.start) / 6e4 }, svg);
     title(r, `${b.label}: ${utc(b.start)}–${b.end ? utc(b.end).slice(11) : 'now'} UTC`);
   }
-  const x2 = (t) => x(t);
-  const ticks = timeTicks(from, to);
-  for (const t of ticks) {
-    svgEl('text', { x: x2(t), y: h - 8, class: 'tick', 'text-anchor': 'middle' }, svg).textContent = to - from > 864e5 ? utc(t).slice(5) : utc(t).slice(11);
+  for (const t of timeTicks(from, to)) {
+    svgEl('text', { x: x(t), y: h - 8, class: 'tick', 'text-anchor': 'middle' }, svg).textContent = to - from > 864e5 ? utc(t).slice(5) : utc(t).slice(11);
   }
   legend(fig, [{ name: 'incident', color: '#e15759' }, { name: 'alert', color: '#f28e2b' }, { name: 'cluster window', color: '#4e79a7' }]);
   return fig;
