@@ -293,7 +293,9 @@ def test_webhooks_get_the_incident_whole_and_alertmanager_its_id_on_each_alert()
     first = alert("replica_skew", R3, 0)
     [incident] = build([first], [], CONFIG, AT)
     body = incident_payload("opened", incident)
-    assert (body["kind"], body["status"], body["transition"]) == ("incident", "firing", "opened")
+    assert (body["receiver"], body["kind"], body["status"], body["transition"]) == (
+        "tailwatch", "incident", "firing", "opened",
+    )  # fmt: skip
     assert body["incident"]["incident_id"] == incident.incident_id and body["incident"]["scope"]["replicas"] == ["r3"]
     assert body["incident"]["started_at"].endswith("Z")
     assert incident_payload("resolved", incident)["status"] == "resolved"
