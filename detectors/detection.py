@@ -34,6 +34,7 @@ from prometheus_client import Counter as MetricCounter
 
 from detectors.alerts import Alert, Evaluation, evaluate
 from detectors.base import DetectorConfig, Read, Window
+from detectors.changes import ChangePass
 from detectors.clusters import following
 from detectors.figure_gauges import FigureGauges
 from detectors.incidents import IncidentPass, Tied, Transition
@@ -143,9 +144,11 @@ class DetectionPass:
         metrics: DetectorMetrics | None = None,
         max_frame_bytes: int | None = None,
         incidents: IncidentPass | None = None,
+        changes: ChangePass | None = None,
     ) -> None:
         self._source = source
         self._incidents = incidents
+        self._changes = changes
         self._max_frame_bytes = max_frame_bytes
         self._store = store
         # Clusters split requests by the buckets the other detectors are configured with, so an alert's bucket
@@ -208,6 +211,7 @@ class DetectionPass:
             shared = SharedReads(uses)
             published: list[tuple[str, Evaluation, int]] = []
             results = [self._evaluate(key, at, plans[key], shared, published) for key in keys]
+            self._find_changes(at)  # first: an incident names the changes shortly before it
             tied = self._tie_incidents(at)
             # Alerts are sent once the incidents they are in are known, so a receiver can group them by it.
             if self._sink is not None:
@@ -219,6 +223,15 @@ class DetectionPass:
             return results
         finally:
             self._lock.release()
+
+    def _find_changes(self, at: datetime) -> None:
+        """The fleet's changes as of this pass; a failure is logged and never fails the pass."""
+        if self._changes is None or not self._changes.config.enabled:
+            return
+        try:
+            self._changes.run(at)
+        except Exception:
+            log.exception("could not find the changes as of %s", at.isoformat())
 
     def _tie_incidents(self, at: datetime) -> Tied | None:
         """The incidents after this pass's alerts and clusters; a failure is logged and never fails the pass."""

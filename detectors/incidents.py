@@ -36,9 +36,10 @@ import polars as pl
 from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
+from detectors.changes import introduced
 from detectors.clusters import EXPLAINED_BY, NOUNS, alert_group, clock, subject
 from detectors.slo_burn import PAGE_BURN_RATE
-from storage.ports import Alert, Incident, IncidentStore, Requests, Window, WindowSource
+from storage.ports import Alert, Change, ChangeStore, Incident, IncidentStore, Requests, Window, WindowSource
 
 _KEPT = 10_000  # incidents of one lookback, far more than a fleet has
 
@@ -67,6 +68,10 @@ class Config(BaseModel):
     critical_bad_requests: int = Field(
         1000, ge=1, description="An incident with this many bad requests is critical, whatever its alerts say."
     )
+    change_lookback_minutes: int = Field(
+        30, ge=0, description="An incident lists the changes in its scope (changes) from this long before it "
+        "started to its first alert."
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -191,25 +196,27 @@ def group(alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Confi
 
 
 def render(
-    members: Sequence[Members], config: Config, at: datetime, engine_of: EngineOf = lambda _: {}
-) -> list[Incident]:
+    members: Sequence[Members], config: Config, at: datetime, engine_of: EngineOf = lambda _: {}, *,
+    changes: Sequence[Change] = (),
+) -> list[Incident]:  # fmt: skip
     """Each incident as it reads, oldest first; `engine_of` says what the engines showed during one
-    (`engine_during`), for its summary."""
-    incidents = [_incident(a, c, config, at, engine_of) for a, c in members]
+    (`engine_during`), for its summary; `changes`, what changed in the fleet, for those shortly before one."""
+    incidents = [_incident(a, c, config, at, engine_of, changes=changes) for a, c in members]
     return sorted(incidents, key=lambda i: (i.started_at, i.incident_id))
 
 
 def build(
     alerts: Sequence[Alert], clusters: Sequence[ClusterRow], config: Config, at: datetime,
-    engine_of: EngineOf = lambda _: {},
+    engine_of: EngineOf = lambda _: {}, *, changes: Sequence[Change] = (),
 ) -> list[Incident]:  # fmt: skip
     """The incidents the alerts and clusters make as of `at`, oldest first."""
-    return render(group(alerts, clusters, config), config, at, engine_of)
+    return render(group(alerts, clusters, config), config, at, engine_of, changes=changes)
 
 
 def _incident(
-    alerts: list[Alert], clusters: list[ClusterRow], config: Config, at: datetime, engine_of: EngineOf
-) -> Incident:
+    alerts: list[Alert], clusters: list[ClusterRow], config: Config, at: datetime, engine_of: EngineOf, *,
+    changes: Sequence[Change] = (),
+) -> Incident:  # fmt: skip
     first = alerts[0]
     resolved = [a.resolved_at for a in alerts if a.resolved_at is not None]
     last_resolved = max(resolved) if len(resolved) == len(alerts) else None
@@ -242,8 +249,46 @@ def _incident(
         suggested_fix=strongest.suggested_fix if strongest else None,
         example_trace_ids=tuple(examples[: config.examples]),
     )
-    incident = replace(incident, engine=dict(engine_of(incident)))
-    return replace(incident, summary=_summary(incident, alerts, strongest, at))
+    before = changes_before(incident, first, changes, config)
+    named = [c for c in before if names(incident.cause, c)]
+    if named:
+        title = f"{since(named[-1])}: {title}"
+    incident = replace(incident, engine=dict(engine_of(incident)), change_ids=tuple(c.change_id for c in before),
+                       title=title)  # fmt: skip
+    return replace(incident, summary=_summary(incident, alerts, strongest, at, before))
+
+
+def changes_before(incident: Incident, first: Alert, changes: Sequence[Change], config: Config) -> list[Change]:
+    """The changes in an incident's scope from `change_lookback_minutes` before it started to its first alert,
+    oldest first: of a deployment, replica or model it touched, or any where it names none of these."""
+    earliest = incident.started_at - timedelta(minutes=config.change_lookback_minutes)
+    scope = incident.scope
+    fleet_wide = not (scope["deployments"] or scope["replicas"] or scope["models"])
+
+    def touches(change: Change) -> bool:
+        return (
+            change.scope.get("deployment") in scope["deployments"]
+            or bool(set(change.scope.get("replicas", ())) & set(scope["replicas"]))
+            or change.scope.get("model") in scope["models"]
+        )
+
+    found = [c for c in changes if earliest <= c.at <= first.started_at and (fleet_wide or touches(c))]
+    return sorted(found, key=lambda c: (c.at, c.change_id))
+
+
+def names(cause: Mapping[str, Any], change: Change) -> bool:
+    """Whether an incident's cause is what a change brought: a replica it added or changed, or a value it
+    introduced (`quantization=int4`, `model=…`)."""
+    signature = cause.get("signature") or {}
+    brought = set(change.scope.get("added", ())) | set(change.scope.get("changed", ()))
+    return signature.get("replica_id") in brought or any(
+        signature.get(key) == value for key, value in change.after.items() if key != "replicas"
+    )
+
+
+def since(change: Change) -> str:
+    """How a title names the change before its cause: `since rollout 1.5.0, int4 of vllm-b at 12:03 UTC`."""
+    return f"since {change.kind} {introduced(change)} of {change.scope.get('deployment')} at {clock(change.at)}"
 
 
 def began(alerts: Sequence[Alert], clusters: Sequence[ClusterRow]) -> datetime:
@@ -338,7 +383,9 @@ def _impact(alerts: list[Alert], clusters: list[ClusterRow], scope: Mapping[str,
     }
 
 
-def _summary(incident: Incident, alerts: list[Alert], strongest: ClusterRow | None, at: datetime) -> str:
+def _summary(
+    incident: Incident, alerts: list[Alert], strongest: ClusterRow | None, at: datetime, changes: Sequence[Change]
+) -> str:
     end = incident.resolved_at or at
     minutes = int((end - incident.started_at).total_seconds() // 60)
     state = f"resolved at {clock(incident.resolved_at)}" if incident.resolved_at else "still open"
@@ -362,6 +409,8 @@ def _summary(incident: Incident, alerts: list[Alert], strongest: ClusterRow | No
     out.append(f"Alerts: {len(alerts)} ({firing} firing): " + "; ".join(_lead(a.summary) for a in alerts[:5]) + ".")
     if set(incident.engine) & set(_ENGINE_WORDS):
         out.append(_engine_said(incident.engine))
+    if changes:
+        out.append("Changed just before: " + "; ".join(c.summary for c in changes[-3:]) + ".")
     if strongest is not None:
         out.append(f"Strongest evidence: {strongest.summary.rstrip('.')}.")
         out.append(f"Fix first: {strongest.suggested_fix.rstrip('.')}.")
@@ -491,9 +540,10 @@ class IncidentPass:
 
     def __init__(
         self, store: IncidentStore, config: Config, *, source: WindowSource | None = None,
-        metrics: IncidentMetrics | None = None,
+        metrics: IncidentMetrics | None = None, changes: ChangeStore | None = None,
     ) -> None:  # fmt: skip
         self._store = store
+        self._changes = changes
         self._source = source
         self.config = config
         self._metrics = metrics
@@ -510,11 +560,20 @@ class IncidentPass:
         }
         members = group(alerts, clusters, self.config)
         engine = self._engine(render(members, self.config, at), kept, at)
-        incidents = render(members, self.config, at, lambda i: engine.get(i.incident_id, {}))
+        changes = self._changes_of(since, at)
+        incidents = render(members, self.config, at, lambda i: engine.get(i.incident_id, {}), changes=changes)
         self._store.keep_incidents([i for i in incidents if kept.get(i.incident_id) != i])
         if self._metrics is not None:
             self._metrics.show(incidents)
         return Tied(incidents, transitions(kept, incidents))
+
+    def _changes_of(self, since: datetime, at: datetime) -> list[Change]:
+        """The changes an incident of the lookback may name: found by then (a replay sees none found later)."""
+        if self._changes is None:
+            return []
+        reach = since - timedelta(minutes=self.config.change_lookback_minutes)
+        rows = self._changes.changes(since=reach, until=at, limit=_KEPT).to_pylist()
+        return [c for c in map(Change.from_row, rows) if c.found_at <= at]
 
     def _engine(self, draft: list[Incident], kept: Mapping[str, Incident], at: datetime) -> dict[str, Any]:
         """Each incident's engine facts: read when it opens or its start or replicas change, and once more when its

@@ -20,19 +20,26 @@ class AttributesSender:
         self._providers: dict[str, TracerProvider] = {}
         self._endpoint, self._protocol, self._seed = endpoint, protocol, seed
 
-    def _tracer(self, replica: str) -> Any:
-        if replica not in self._providers:
-            self._providers[replica] = tracer_provider(
-                {"service.name": DEPLOYMENT, "service.instance.id": replica, "k8s.pod.name": pod(replica)},
+    def _tracer(self, replica: str, version: str) -> Any:
+        # A replica of another version is another process: another resource.
+        key = f"{replica}/{version}"
+        if key not in self._providers:
+            self._providers[key] = tracer_provider(
+                {
+                    "service.name": DEPLOYMENT,
+                    "service.instance.id": replica,
+                    "k8s.pod.name": pod(replica),
+                    "service.version": version,
+                },
                 self._seed + len(self._providers),
                 self._endpoint,
                 self._protocol,
             )
-        return self._providers[replica].get_tracer("vllm.tracing.otel")
+        return self._providers[key].get_tracer("vllm.tracing.otel")
 
     def send(self, r: Request) -> None:
         start_ns, end_ns = r.span_ns()
-        span = self._tracer(r.replica).start_span(
+        span = self._tracer(r.replica, r.version).start_span(
             "llm_request",
             kind=SpanKind.SERVER,
             start_time=start_ns,

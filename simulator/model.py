@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEPLOYMENT = "vllm-llama8b"
 REPLICAS = ("r0", "r1", "r2", "r3")
+VERSION = "1.4.2"
 TENANTS = {"acme": 0.5, "globex": 0.3, "initech": 0.2}
 NS = 1_000_000_000
 INTERVAL_NS = 5 * NS  # the Collector's scrape_interval for the engines' /metrics
@@ -42,6 +43,7 @@ class Request:
     # Engine state a scenario plants; only the vllm emitter sends it (in the replica's metrics).
     kv_cache_usage: float | None = None  # the replica's KV usage while this request ran
     preemptions: int = 0
+    version: str = VERSION  # the service.version its replica's resource carries
 
     @property
     def e2e_ms(self) -> float:
@@ -53,14 +55,16 @@ class Request:
         return end_ns - int(self.e2e_ms * 1e6), end_ns
 
 
-def healthy(rng: random.Random, end: datetime, tenants: dict[str, float] = TENANTS) -> Request:
+def healthy(
+    rng: random.Random, end: datetime, tenants: dict[str, float] = TENANTS, replicas: tuple[str, ...] = REPLICAS
+) -> Request:
     """A request from a cluster with headroom: warm cache, short queues, steady decode."""
     prompt = int(min(30_000, max(50, rng.lognormvariate(math.log(1200), 0.6))))
     output = rng.randint(60, 700)
     return Request(
         end=end,
         tenant=rng.choices(list(tenants), weights=list(tenants.values()))[0],
-        replica=rng.choice(REPLICAS),
+        replica=rng.choice(replicas),
         prompt_tokens=prompt,
         output_tokens=output,
         cache_hit_ratio=min(0.99, max(0.86, rng.gauss(0.93, 0.03))),
@@ -68,7 +72,7 @@ def healthy(rng: random.Random, end: datetime, tenants: dict[str, float] = TENAN
         prefill_ms=40 + prompt / 25,
         tpot_ms=max(6.0, rng.gauss(12.0, 1.2)),
         queue_depth=rng.randint(1, 5),
-        replica_count=len(REPLICAS),
+        replica_count=len(replicas),
         prefill_in_batch=rng.randint(200, 2500),
         quantization="fp16",
         scores={"json_adherence": draw_score(rng, 0.88), "groundedness": draw_score(rng, 0.90)},

@@ -155,6 +155,7 @@ class Scenario:
     stream: Callable[[random.Random, datetime, datetime, float], Iterable[Request]] | None = None
     engine_fault: EngineFault | None = None  # replaces `fault` for the vllm emitter
     minutes: float = 5.0  # the fault window's length, at least (the run's window_minutes may be longer)
+    history_replicas: tuple[str, ...] = REPLICAS  # the pods serving before the fault window
 
 
 def _poisson(rng: random.Random, start: datetime, end: datetime, rate: float) -> Iterable[datetime]:
@@ -192,6 +193,31 @@ def _morning_burst(rng: random.Random, start: datetime, end: datetime, rate: flo
             queue_ms=r.queue_ms + rng.uniform(1_000, 4_000),
             scores={"json_adherence": draw_score(rng, 0.70), "groundedness": draw_score(rng, 0.74)},
         )
+
+
+# A rollout: six pods of 1.4.2 on fp16; at the fault window's start two of them (r4, r5) are replaced by two pods
+# of 1.5.0 built on int4 (r6, r7) that answer in JSON less reliably.
+BEFORE_ROLLOUT = ("r0", "r1", "r2", "r3", "r4", "r5")
+AFTER_ROLLOUT = ("r0", "r1", "r2", "r3", "r6", "r7")
+ROLLED_OUT = ("r6", "r7")
+
+
+def _rollout(rng: random.Random, start: datetime, end: datetime, rate: float) -> Iterable[Request]:
+    for at in _poisson(rng, start, end, rate):
+        r = healthy(rng, at, replicas=AFTER_ROLLOUT)
+        if r.replica in ROLLED_OUT:
+            r = replace(r, version="1.5.0", quantization="int4",
+                        scores={**r.scores, "json_adherence": draw_score(rng, 0.74)})  # fmt: skip
+        yield r
+
+
+# A scale-up: four pods, then two more of the same build at the fault window's start; quality unchanged.
+SCALED_UP = ("r0", "r1", "r2", "r3", "r4", "r5")
+
+
+def _scale_up(rng: random.Random, start: datetime, end: datetime, rate: float) -> Iterable[Request]:
+    for at in _poisson(rng, start, end, rate):
+        yield healthy(rng, at, replicas=SCALED_UP)
 
 
 SCENARIOS = {
@@ -255,6 +281,21 @@ SCENARIOS = {
             _two_pods_evict_and_one_drifts,
             stream=_noisy_neighbor,
         ),
+        Scenario(
+            "rollout",
+            f"six pods of 1.4.2 on fp16; {pod('r4')}/{pod('r5')} are replaced by {pod('r6')}/{pod('r7')} of 1.5.0 on "
+            "int4 scoring 0.74 against 0.88 on json_adherence: the rollout is a change, replica_skew and "
+            "quantization_delta fire and the incident names the rollout",
+            stream=_rollout,
+            minutes=15.0,
+            history_replicas=BEFORE_ROLLOUT,
+        ),
+        Scenario(
+            "scale_up",
+            f"four pods, then {pod('r4')}/{pod('r5')} of the same build: a scale change, no detector fires",
+            stream=_scale_up,
+            minutes=17.0,
+        ),
     )
 }
 
@@ -268,8 +309,9 @@ def requests(
     rng = random.Random(seed)
     scenarios = [SCENARIOS[n] for n in names]
     window_start = end - timedelta(minutes=max([window_minutes, *(s.minutes for s in scenarios)]))
+    before = next((s.history_replicas for s in scenarios if s.history_replicas != REPLICAS), REPLICAS)
     history = [
-        healthy(rng, at)
+        healthy(rng, at, replicas=before)
         for at in _poisson(rng, window_start - timedelta(hours=history_hours), window_start, history_rate)
     ]
     stream = next((s.stream for s in scenarios if s.stream), None)

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
@@ -343,6 +343,35 @@ class Incident:
 
 
 @dataclass(frozen=True)
+class Change:
+    """One row of the `changes` table: what changed in one deployment, found from its spans and engine metrics."""
+
+    change_id: str
+    at: datetime
+    kind: str  # rollout | version | config | scale
+    scope: dict[str, Any]  # deployment, model, replicas (and which were added, removed or changed)
+    before: dict[str, Any]  # the attributes that differ, as they were
+    after: dict[str, Any]  # and as they became
+    summary: str
+    found_at: datetime
+
+    JSON_COLUMNS: ClassVar[tuple[str, ...]] = ("scope", "before", "after")
+
+    def as_row(self) -> dict[str, Any]:
+        row = dict(self.__dict__)
+        for name in self.JSON_COLUMNS:
+            row[name] = json.dumps(row[name], sort_keys=True)
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Change:
+        values = {f.name: row[f.name] for f in fields(cls)}
+        for name in cls.JSON_COLUMNS:
+            values[name] = json.loads(values[name])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
 class FiringState:
     """A detector's state between evaluations: its firing alerts and consecutive breaches, by fingerprint."""
 
@@ -427,6 +456,41 @@ class IncidentStore(Protocol):
 
     def incidents(self, *, state: str | None = None, since: datetime | None = None, limit: int = 100) -> pa.Table:
         """Incidents updated after `since`, newest first."""
+        ...
+
+
+# vLLM's cache configuration, one point a replica whose labels are its settings.
+CACHE_CONFIG_METRIC = "vllm:cache_config_info"
+# The columns of a sightings read: where and when a replica was seen, then one column per tracked attribute.
+SIGHTING_COLUMNS = ("source", "deployment", "replica_id", "minute", "first_seen", "last_seen", "n")
+
+
+@dataclass(frozen=True)
+class Sightings:
+    """What change tracking reads: per source (`spans`, `metrics`), deployment, replica and minute of `window`,
+    the values its spans and engine metrics carried of each tracked attribute (`model`, `quantization`, the
+    resource keys named, and vLLM's cache configuration labels from metrics as `engine.cache.<label>`), with
+    when they were first and last seen and how often. At most `limit` rows: one more says there were more."""
+
+    window: Window
+    resource_keys: tuple[str, ...]
+    cache_labels: tuple[str, ...]
+    limit: int
+
+
+class ChangeStore(Protocol):
+    """Where the fleet's changes are found from and kept."""
+
+    def sightings(self, read: Sightings) -> pa.Table:
+        """`SIGHTING_COLUMNS`, then `model`, `quantization`, each resource key and `engine.cache.<label>`."""
+        ...
+
+    def keep_changes(self, changes: Sequence[Change]) -> None:
+        """Store each change in place of the row with its id."""
+        ...
+
+    def changes(self, *, since: datetime | None = None, until: datetime | None = None, limit: int = 100) -> pa.Table:
+        """Changes at or after `since` and before `until`, newest first."""
         ...
 
 
@@ -590,6 +654,8 @@ class Storage(Protocol):
     def alert_queries(self) -> AlertQueries: ...
     @property
     def incident_store(self) -> IncidentStore: ...
+    @property
+    def change_store(self) -> ChangeStore: ...
     @property
     def console_queries(self) -> ConsoleQueries: ...
     @property

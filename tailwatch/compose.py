@@ -21,6 +21,7 @@ from collector.metrics import IngestMetrics
 from collector.normalize import build_plan
 from collector.otel_traces_follower import Follower
 from collector.scrape import Scraper
+from detectors.changes import ChangeMetrics, ChangePass
 from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
 from detectors.incidents import IncidentMetrics, IncidentPass
 from detectors.notify import Notifier
@@ -169,6 +170,10 @@ def detection_pass(
             settings.incidents,
             source=storage.windows,
             metrics=IncidentMetrics(registry) if registry is not None else None,
+            changes=storage.change_store,
+        ),
+        changes=ChangePass(
+            storage.change_store, settings.changes, metrics=ChangeMetrics(registry) if registry is not None else None
         ),
     )
 

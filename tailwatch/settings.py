@@ -27,6 +27,7 @@ from pydantic import (
 from collector.decode import Decoder, choose_decoder
 from collector.engine_names import ENGINE_METRICS, EngineNames
 from collector.normalize import NormalizeConfig
+from detectors.changes import Config as ChangesConfig
 from detectors.incidents import Config as IncidentsConfig
 from detectors.notify import WebhookPayloads
 from detectors.registry import REGISTRY
@@ -418,6 +419,7 @@ class Settings(_Section):
     metrics: MetricsSettings = MetricsSettings()
     detectors: DetectorsSettings = DetectorsSettings()
     incidents: IncidentsConfig = IncidentsConfig()
+    changes: ChangesConfig = ChangesConfig()
     alerting: AlertingSettings = AlertingSettings()
     api: ApiSettings = ApiSettings()
     sql: SqlSettings = SqlSettings()

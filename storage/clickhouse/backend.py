@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry
 
 from storage.clickhouse import schema
 from storage.clickhouse.analyst import ClickHouseAnalyst
+from storage.clickhouse.changes import ClickHouseChangeStore
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator
 from storage.clickhouse.incidents import ClickHouseIncidentStore
@@ -48,6 +49,7 @@ class ClickHouseStorage:
         self.detector_store = ClickHouseDetectorStore(client, tables)
         self.alert_queries = ClickHouseAlertQueries(client, tables)
         self.incident_store = ClickHouseIncidentStore(client, tables)
+        self.change_store = ClickHouseChangeStore(client, tables)
         attributes_from = otel_table if otel_traces != "off" else None
         self.console_queries = ClickHouseConsoleQueries(client, evaluator, tables, otel_table=attributes_from)
         self.analyst = ClickHouseAnalyst(client, evaluator, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)

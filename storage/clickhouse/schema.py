@@ -83,6 +83,7 @@ LAYOUTS: dict[str, Layout] = {
     "engine_metrics": Layout("(time, name)", partition_by="toDate(time)", ttl_column="time", retried=True),
     "alerts": Layout("(alert_id)", replacing=True),
     "incidents": Layout("(incident_id)", replacing=True),
+    "changes": Layout("(change_id)", replacing=True),
     "alert_conditions": Layout("(detector, fingerprint)"),
     "detector_runs": Layout("(detector, evaluated_at)", partition_by="toYYYYMM(evaluated_at)"),
     "scrape_targets": Layout("(url)", replacing=True),

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from storage.duckdb import migrate
 from storage.duckdb.alert_queries import DuckDBAlertQueries
 from storage.duckdb.analyst import AnalystQueries, lock_down
+from storage.duckdb.changes import DuckDBChangeStore
 from storage.duckdb.console_reads import DuckDBConsoleQueries
 from storage.duckdb.database import open_database
 from storage.duckdb.detector_store import DuckDBDetectorStore
@@ -68,6 +69,7 @@ class DuckDBStorage:
         self.detector_store = DuckDBDetectorStore(self.windows, writer)
         self.alert_queries = DuckDBAlertQueries(self.windows)
         self.incident_store = DuckDBIncidentStore(self.windows, writer)
+        self.change_store = DuckDBChangeStore(self.windows, writer)
         self.console_queries = DuckDBConsoleQueries(self.windows)
         self.analyst = AnalystQueries(con, timeout_seconds=sql_timeout_seconds, max_rows=sql_max_rows)
         self.retention = DuckDBRetention(writer)
