@@ -458,6 +458,10 @@ class IncidentStore(Protocol):
         """Incidents updated after `since`, newest first."""
         ...
 
+    def incident(self, incident_id: str) -> Incident | None:
+        """The incident of that id, if there is one."""
+        ...
+
 
 # vLLM's cache configuration, one point a replica whose labels are its settings.
 CACHE_CONFIG_METRIC = "vllm:cache_config_info"
@@ -491,6 +495,10 @@ class ChangeStore(Protocol):
 
     def changes(self, *, since: datetime | None = None, until: datetime | None = None, limit: int = 100) -> pa.Table:
         """Changes at or after `since` and before `until`, newest first."""
+        ...
+
+    def change(self, change_id: str) -> Change | None:
+        """The change of that id, if there is one."""
         ...
 
 

@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,10 +19,22 @@ import pyarrow as pa
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
+from detectors.compare import Comparing, Sets, UnknownSymptom
 from detectors.detection import DetectionPass
 from model.thread_names import name_this_thread
 from storage import export
-from storage.ports import AlertQueries, AnalystSQL, ConsoleQueries, Incident, IncidentStore, QueryError
+from storage.ports import (
+    AlertQueries,
+    AnalystSQL,
+    Change,
+    ChangeStore,
+    ConsoleQueries,
+    FrameTooLarge,
+    Incident,
+    IncidentStore,
+    QueryError,
+    Window,
+)
 from tailwatch import console as console_pages
 from tailwatch import openapi, result_formats
 from tailwatch.error_body import error as _error
@@ -44,6 +57,31 @@ def _json_value(value: Any) -> Any:
     return value.isoformat() + "Z" if isinstance(value, datetime) else value
 
 
+def _sets(args: Args, incidents: IncidentStore, changes: ChangeStore) -> Sets:
+    """What `GET /v1/compare` compares: an incident's, a change's, or the two ranges given."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    if args["incident"] is not None:
+        incident = incidents.incident(args["incident"])
+        if incident is None:
+            raise QueryError("not_found", f"no incident {args['incident']!r}")
+        sets = Sets.of_incident(incident, now)
+    elif args["change"] is not None:
+        change = changes.change(args["change"])
+        if change is None:
+            raise QueryError("not_found", f"no change {args['change']!r}")
+        sets = Sets.of_change(change, now)
+    else:
+        since, until = args["since"], args["until"]
+        if since is None or since >= until:
+            raise QueryError("bad_request", "give incident, change, or since before until (ISO 8601)")
+        b_until = args["baseline_until"] or since
+        b_since = args["baseline_since"] or b_until - (until - since)
+        if b_since >= b_until:
+            raise QueryError("bad_request", "baseline_since must be before baseline_until")
+        sets = Sets(Window(since, until), Window(b_since, b_until))
+    return sets if args["deployment"] is None else replace(sets, deployment=args["deployment"])
+
+
 def api_app(
     registry: CollectorRegistry,
     is_ready: Callable[[], bool],
@@ -53,6 +91,8 @@ def api_app(
     analyst: AnalystSQL | None = None,
     console: ConsoleQueries | None = None,
     incidents: IncidentStore | None = None,
+    changes: ChangeStore | None = None,
+    comparing: Comparing | None = None,
     token: str | None = None,
     sql_slots: int = 2,
     tls: bool = False,
@@ -105,6 +145,40 @@ def api_app(
         ]
         return web.json_response({"incidents": rows})
 
+    async def change_rows(_: web.Request, args: Args) -> web.Response:
+        """Changes, newest first; `?since=ISO8601`, `?limit=N`."""
+        if changes is None:
+            return _error(503, "unavailable", "changes are not kept here")
+        table = changes.changes(since=args["since"], limit=args["limit"])
+        rows = [
+            {k: (json.loads(v) if k in Change.JSON_COLUMNS else _json_value(v)) for k, v in row.items()}
+            for row in table.to_pylist()
+        ]
+        return web.json_response({"changes": rows})
+
+    async def compare(_: web.Request, args: Args) -> web.Response:
+        """Two sets of requests' differences over every dimension: an incident's, a change's, or two ranges'."""
+        if comparing is None or changes is None or incidents is None:
+            return _error(503, "unavailable", "requests are not compared here")
+        try:
+            sets = _sets(args, incidents, changes)
+            found = await asyncio.get_running_loop().run_in_executor(None, comparing, sets, args["limit"])
+        except QueryError as exc:
+            return _error(404 if exc.code == "not_found" else 400, exc.code, exc.message)
+        except UnknownSymptom as exc:
+            return _error(400, "bad_request", str(exc))
+        except FrameTooLarge as exc:
+            return _error(413, "too_large", f"the two sets are more than a pass may hold: {exc}; compare less time")
+
+        def described(window: Window, n: int) -> dict[str, Any]:
+            return {"since": _json_value(window.start), "until": _json_value(window.end),
+                    "deployment": sets.deployment, "symptom": sets.symptom, "requests": n}  # fmt: skip
+
+        return web.json_response({
+            "a": described(sets.a, found.a_requests), "b": described(sets.b, found.b_requests),
+            "differences": [d.as_json() for d in found.differences],
+        })  # fmt: skip
+
     async def detect(request: web.Request, _: Args) -> web.Response:
         """Evaluate detectors now, or as of `at`, exactly as the scheduler would; returns what they found."""
         if detection is None:
@@ -148,7 +222,7 @@ def api_app(
     app = web.Application(middlewares=[_bearer(token, open_paths)] if token else [])
     handlers: dict[str, Handler] = {
         "metrics": metrics, "healthz": healthz, "readyz": readyz, "alerts": alerts, "clusters": clusters,
-        "incidents": incident_rows, "detect": detect,
+        "incidents": incident_rows, "changes": change_rows, "compare": compare, "detect": detect,
     }  # fmt: skip
     if sql is not None:
         handlers.update(sql=sql.query, export=sql.export)

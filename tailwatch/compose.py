@@ -22,6 +22,10 @@ from collector.normalize import build_plan
 from collector.otel_traces_follower import Follower
 from collector.scrape import Scraper
 from detectors.changes import ChangeMetrics, ChangePass
+from detectors.clusters import KEY as CLUSTERS
+from detectors.clusters import Config as ClustersConfig
+from detectors.clusters import following
+from detectors.compare import Compared, Comparing, Sets, compare
 from detectors.detection import AlertSink, DetectionPass, DetectorMetrics
 from detectors.incidents import IncidentMetrics, IncidentPass
 from detectors.notify import Notifier
@@ -34,7 +38,7 @@ from storage.duckdb import analyst
 from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.database import DamagedDatabase, held_by_another_process
 from storage.duckdb.migrate import migrated
-from storage.ports import AnalystSQL, Storage
+from storage.ports import AnalystSQL, FrameBudget, Storage
 from tailwatch.settings import Settings, SettingsError
 
 
@@ -176,6 +180,20 @@ def detection_pass(
             storage.change_store, settings.changes, metrics=ChangeMetrics(registry) if registry is not None else None
         ),
     )
+
+
+def comparing(settings: Settings, storage: Storage) -> Comparing:
+    """`GET /v1/compare` over `storage`: the sets read as the configured clusters read a window, within the
+    detection pass's memory bound."""
+    clusters = following(settings.detector_configs())[CLUSTERS]
+    assert isinstance(clusters, ClustersConfig)
+
+    def run(sets: Sets, limit: int) -> Compared:
+        budget = FrameBudget(settings.storage.detection_memory_mb * 2**20)
+        return compare(storage.windows, storage.change_store, sets, clusters, settings.changes, limit=limit,
+                       budget=budget)  # fmt: skip
+
+    return run
 
 
 def scraper(

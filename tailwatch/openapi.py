@@ -123,6 +123,50 @@ SCHEMAS: Json = {
             "example_trace_ids": {"type": "array", "items": {"type": "string"}},
         },
     },
+    "Change": {
+        "type": "object",
+        "description": "A row of the `changes` table (docs/changes.md).",
+        "required": ["change_id", "at", "kind", "scope", "before", "after", "summary"],
+        "properties": {
+            "change_id": {"type": "string"},
+            "at": {**TIME, "description": "When the new state was first seen."},
+            "kind": {"type": "string", "enum": ["rollout", "version", "config", "scale"]},
+            "scope": {
+                "type": "object",
+                "description": "deployment, model, replicas; added and removed (rollout, scale) or changed.",
+            },
+            "before": {"type": "object", "description": "The attributes that differ, as they were."},
+            "after": {"type": "object", "description": "And as they became."},
+            "summary": {"type": "string"},
+            "found_at": {**TIME, "description": "The pass that first found it."},
+        },
+    },
+    "Comparison": {
+        "type": "object",
+        "required": ["a", "b", "differences"],
+        "properties": {
+            "a": {"type": "object", "description": "The set in question: since, until, deployment, requests."},
+            "b": {"type": "object", "description": "The baseline: since, until, deployment, requests."},
+            "differences": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["dimension", "value", "a_count", "b_count", "p_value", "passes"],
+                    "properties": {
+                        "dimension": {"type": "string"},
+                        "value": {"type": "string"},
+                        "a_count": {"type": "integer"},
+                        "b_count": {"type": "integer"},
+                        "a_share": {"type": "number"},
+                        "b_share": {"type": "number"},
+                        "excess": {"type": "number", "description": "Requests of `a` beyond `b`'s share."},
+                        "p_value": {"type": "number", "description": "The exact test's chance (docs/changes.md)."},
+                        "passes": {"type": "boolean", "description": "Under the Bonferroni bar over every value."},
+                    },
+                },
+            },
+        },
+    },
     "DetectRequest": {
         "type": "object",
         "properties": {

@@ -131,6 +131,44 @@ _CORE = [
         ),
     ),
     Route(
+        "GET",
+        "/v1/changes",
+        "changes",
+        "What changed in the fleet, found from its spans and engine metrics (docs/changes.md), newest first.",
+        {
+            "200": _rows_of("Change", "changes", "Changes ordered by `at` descending."),
+            "400": refusal("`limit` is not a whole number, 0 or more, or `since` is not ISO 8601 (`bad_request`)."),
+        },
+        params=(Instant("since", "Only changes at or after this instant"), RowLimit(default=100, cap=ROWS_CAP)),
+    ),
+    Route(
+        "GET",
+        "/v1/compare",
+        "compare",
+        "Which values of every dimension one set of requests holds more of than another, with the evidence test "
+        "clusters use (docs/changes.md#compare): an incident against the hour before it, a change's hour after "
+        "against its hour before, or any two time ranges.",
+        {
+            "200": answer(ref("Comparison"), "The two sets and their differences, strongest first."),
+            "400": refusal(
+                "A time is not ISO 8601, a range is empty or reversed, or `limit` is not a whole number "
+                "(`bad_request`)."
+            ),
+            "404": refusal("No incident or change has that id (`not_found`)."),
+            "413": refusal("The two sets hold more than `storage.detection_memory_mb` (`too_large`)."),
+        },
+        params=(
+            Text("incident", "Compare this incident's requests with the hour before it."),
+            Text("change", "Compare the hour after this change with the hour before it."),
+            Instant("since", "Start of the set in question (without `incident` or `change`)"),
+            Instant("until", "Its end", default=NOW),
+            Instant("baseline_since", "Start of the baseline; default as long before `since` as the set is long"),
+            Instant("baseline_until", "End of the baseline; default `since`"),
+            Text("deployment", "Only this deployment's requests."),
+            RowLimit(default=50, cap=ROWS_CAP),
+        ),
+    ),
+    Route(
         "POST",
         "/v1/detect",
         "detect",

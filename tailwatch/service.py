@@ -23,7 +23,7 @@ from detectors.notify import Notifier
 from detectors.scheduler import schedule
 from storage.ports import Storage, StoreReader, WriteJobs
 from tailwatch.api import api_app
-from tailwatch.compose import detection_pass, follower_of, notifier, open_storage, scraper
+from tailwatch.compose import comparing, detection_pass, follower_of, notifier, open_storage, scraper
 from tailwatch.connection_limits import ConnectionGuard, ConnectionMetrics, MalformedRequestFilter
 from tailwatch.settings import Settings
 
@@ -132,6 +132,8 @@ class Service:
             analyst=storage.analyst,
             console=storage.console_queries,
             incidents=storage.incident_store,
+            changes=storage.change_store,
+            comparing=comparing(s, storage),
             token=s.api.token.get_secret_value() if s.api.token else None,
             sql_slots=s.sql.max_concurrent,
             tls=(tls := _tls(s)) is not None,

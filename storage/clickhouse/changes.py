@@ -70,7 +70,16 @@ class ClickHouseChangeStore:
                 clauses.append(clause)
                 params[name] = value
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        names = ", ".join(f"`{c.name}`" for c in self._tables["changes"])
         return self._client.arrow(
-            f"SELECT {names} FROM changes {where} ORDER BY at DESC, change_id LIMIT {{limit:UInt64}}", params
+            f"SELECT {self._names} FROM changes {where} ORDER BY at DESC, change_id LIMIT {{limit:UInt64}}", params
         )
+
+    def change(self, change_id: str) -> Change | None:
+        rows = self._client.arrow(
+            f"SELECT {self._names} FROM changes WHERE change_id = {{i:String}}", {"i": change_id}
+        ).to_pylist()
+        return Change.from_row(rows[0]) if rows else None
+
+    @property
+    def _names(self) -> str:
+        return ", ".join(f"`{c.name}`" for c in self._tables["changes"])

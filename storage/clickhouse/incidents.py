@@ -58,3 +58,9 @@ class ClickHouseIncidentStore:
             "LIMIT {limit:UInt64}",
             params,
         )
+
+    def incident(self, incident_id: str) -> Incident | None:
+        rows = self._client.arrow(
+            f"SELECT {self._names('incidents')} FROM incidents WHERE incident_id = {{i:String}}", {"i": incident_id}
+        ).to_pylist()
+        return Incident.from_row(rows[0]) if rows else None

@@ -70,6 +70,10 @@ class DuckDBChangeStore:
             [*(v for _, v in clauses), int(limit)],
         )
 
+    def change(self, change_id: str) -> Change | None:
+        rows = self._source.arrow("SELECT * FROM changes WHERE change_id = ?", [change_id]).to_pylist()
+        return Change.from_row(rows[0]) if rows else None
+
 
 def _replace(con: duckdb.DuckDBPyConnection, rows: list[dict[str, object]]) -> None:
     columns = ", ".join(f'"{c}"' for c in rows[0])

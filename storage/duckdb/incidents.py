@@ -47,6 +47,10 @@ class DuckDBIncidentStore:
             [*(v for _, v in clauses), int(limit)],
         )
 
+    def incident(self, incident_id: str) -> Incident | None:
+        rows = self._source.arrow("SELECT * FROM incidents WHERE incident_id = ?", [incident_id]).to_pylist()
+        return Incident.from_row(rows[0]) if rows else None
+
 
 def _replace(con: duckdb.DuckDBPyConnection, rows: list[dict[str, object]]) -> None:
     columns = ", ".join(rows[0])
