@@ -29,16 +29,16 @@ def sightings_sql(read: Sightings) -> str:
         *(f"if(name = '{CACHE_CONFIG_METRIC}', nullIf(JSONExtractString(ifNull(attributes, '{{}}'), '{k}'), ''), "
           f"NULL) AS `engine.cache.{k}`" for k in labels),
     ])  # fmt: skip
-    between = "{start:DateTime64(6)} AND {col} < {end:DateTime64(6)}"
+    between = "{{start:DateTime64(6)}} AND {col} < {{end:DateTime64(6)}}"
     return f"""
         SELECT * FROM (
             SELECT 'spans' AS source, coalesce(deployment, service_name) AS deployment, replica_id,
-                   toStartOfMinute(end_time) AS minute, min(end_time) AS first_seen, max(end_time) AS last_seen,
+                   toDateTime64(toStartOfMinute(end_time), 6) AS minute, min(end_time) AS first_seen, max(end_time) AS last_seen,
                    toInt64(count()) AS n, {spans}
             FROM spans WHERE end_time >= {between.format(col="end_time")} AND replica_id IS NOT NULL
             GROUP BY ALL
             UNION ALL
-            SELECT 'metrics' AS source, deployment, replica_id, toStartOfMinute(time) AS minute,
+            SELECT 'metrics' AS source, deployment, replica_id, toDateTime64(toStartOfMinute(time), 6) AS minute,
                    min(time) AS first_seen, max(time) AS last_seen, toInt64(count()) AS n, {metrics}
             FROM engine_metrics WHERE time >= {between.format(col="time")} AND replica_id IS NOT NULL
             GROUP BY ALL
