@@ -24,9 +24,9 @@ from detectors.compare import differences
 from detectors.incidents import Config as IncidentsConfig
 from detectors.incidents import build
 from model.columns import ENGINE_METRIC_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
-from storage.duckdb.backend import DuckDBStorage
 from simulator import model, simulate
 from simulator.scenarios import ROLLED_OUT, SCENARIOS
+from storage.duckdb.backend import DuckDBStorage
 from storage.ports import SIGHTING_COLUMNS, Alert, Change, Sightings, Storage, Window
 
 AT = datetime(2026, 12, 1, 13, 0)
@@ -36,8 +36,10 @@ OLD = {"model": "llama", "quantization": "fp16", "service.version": "1.4.2"}
 NEW = {"model": "llama", "quantization": "int4", "service.version": "1.5.0"}
 
 
-def seen(replica: str, start: datetime, end: datetime, values: dict[str, str] | None = None, *,
-         deployment: str | None = "vllm-b", source: str = "spans", per_minute: int = 10) -> list[dict[str, Any]]:  # fmt: skip
+def seen(
+    replica: str, start: datetime, end: datetime, values: dict[str, str] | None = None, *,
+    deployment: str | None = "vllm-b", source: str = "spans", per_minute: int = 10,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Sightings of a replica every minute of [start, end) carrying `values`, as the store reads them."""
     rows = []
     minute = start
@@ -45,7 +47,7 @@ def seen(replica: str, start: datetime, end: datetime, values: dict[str, str] | 
         rows.append({
             "source": source, "deployment": deployment, "replica_id": replica, "minute": minute,
             "first_seen": minute, "last_seen": minute + timedelta(seconds=59), "n": per_minute,
-            **{k: None for k in KEYS}, **(OLD if values is None else values),
+            **dict.fromkeys(KEYS), **(OLD if values is None else values),
         })  # fmt: skip
         minute += timedelta(minutes=1)
     return rows
@@ -54,7 +56,7 @@ def seen(replica: str, start: datetime, end: datetime, values: dict[str, str] | 
 def sightings(*parts: list[dict[str, Any]]) -> pl.DataFrame:
     schema = {"source": pl.Utf8, "deployment": pl.Utf8, "replica_id": pl.Utf8, "minute": pl.Datetime("us"),
               "first_seen": pl.Datetime("us"), "last_seen": pl.Datetime("us"), "n": pl.Int64,
-              **{k: pl.Utf8 for k in KEYS}}  # fmt: skip
+              **dict.fromkeys(KEYS, pl.Utf8)}  # fmt: skip
     return pl.DataFrame([row for part in parts for row in part], schema=schema)
 
 
@@ -187,8 +189,8 @@ def test_thousands_of_replicas_in_one_deployment_are_counted_and_skipped_not_a_s
 
 def test_missing_version_attributes_name_no_version_and_a_replica_seen_too_seldom_nothing() -> None:
     bare = {"model": "llama"}
-    frame = sightings(fleet(4, AT - H, AT, bare), fleet(1, ROLL, AT, bare, first=4),
-                      seen("r9", ROLL, ROLL + timedelta(minutes=1), bare, per_minute=CONFIG.min_sightings - 1))  # fmt: skip
+    seldom = seen("r9", ROLL, ROLL + timedelta(minutes=1), bare, per_minute=CONFIG.min_sightings - 1)
+    frame = sightings(fleet(4, AT - H, AT, bare), fleet(1, ROLL, AT, bare, first=4), seldom)
     closes = ROLL + timedelta(seconds=CONFIG.neighbourhood_seconds + CONFIG.settle_seconds)
     found = find(frame, CONFIG, max(AT, closes))
     assert [(c.kind, c.after) for c in found.changes] == [("scale", {"replica_count": 5})]
@@ -302,7 +304,8 @@ def _spans(replica: str, start: datetime, n: int, resource: dict[str, str], quan
         {"trace_id": f"{int(replica[1:]):04x}{i:028x}", "span_id": f"{i + 1:016x}", "name": "llm_request",
          "kind": "SERVER", "start_time": start + i * step - timedelta(seconds=1), "end_time": start + i * step,
          "status_code": "OK", "is_llm": True, "llm_role": "server", "model": "llama", "deployment": "vllm-b",
-         "service_name": "vllm-b", "replica_id": replica, "quantization": quantization, "e2e_ms": 1000.0, "duration_ms": 1000.0,
+         "service_name": "vllm-b", "replica_id": replica, "quantization": quantization,
+         "e2e_ms": 1000.0, "duration_ms": 1000.0,
          "resource": json.dumps({**resource, "request.id": f"req-{i}"})}
         for i in range(n)
     ]  # fmt: skip
@@ -358,8 +361,8 @@ def test_a_store_reads_sightings_by_replica_minute_and_tracked_value_and_keeps_c
 
     changes = ChangePass(store.change_store, CONFIG)
     [found] = changes.run(AT).changes
-    assert (found.kind, found.at, found.after) == (
-        "rollout", ROLL, {"k8s.replicaset.name": "vllm-b-5f2", "quantization": "int4", "service.version": "1.5.0"})  # fmt: skip
+    after = {"k8s.replicaset.name": "vllm-b-5f2", "quantization": "int4", "service.version": "1.5.0"}
+    assert (found.kind, found.at, found.after) == ("rollout", ROLL, after)
     again = changes.run(AT + timedelta(minutes=1)).changes  # read from where the last pass left off
     assert [c.change_id for c in again] == [found.change_id]
     [kept] = [Change.from_row(r) for r in store.change_store.changes().to_pylist()]

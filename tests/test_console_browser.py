@@ -14,7 +14,7 @@ import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -25,6 +25,7 @@ from console_seed import EARLY_BEFORE, fault_end, seed
 from receivers import TEST_EXTRA, import_or_skip, require_or_skip
 
 from detectors.registry import REGISTRY
+from simulator import simulate
 
 # Slow: a real headless Chromium per page; CI and `scripts/test --all` run it.
 pytestmark = pytest.mark.slow
@@ -368,3 +369,45 @@ def test_the_api_token_guards_the_console_and_a_deep_link_survives_signing_in(br
         # the wrong token.
         assert all("401" in e for e in c.errors) and len(c.errors) == 2, c.errors
         c.close()
+
+
+@pytest.fixture(scope="module")
+def rolled_out(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+    """A service that saw the `rollout` scenario and one detection pass after it."""
+    end = fault_end()
+    db = tmp_path_factory.mktemp("rollout") / "tailwatch.duckdb"
+    with RunningService(service_settings(db, **NO_SCHEDULE)) as svc:
+        simulate.run(["rollout"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=2.0,
+                     history_rate=0.1, rate=3.0)  # fmt: skip
+        assert svc.service.detection is not None
+        svc.service.detection.run(end + timedelta(seconds=30))
+        yield svc
+
+
+def test_every_timeline_marks_the_fleets_changes_and_an_incident_page_shows_its_change_and_its_diff(
+    browser: Any, rolled_out: RunningService
+) -> None:
+    [change] = get(rolled_out, "/v1/changes")["changes"]
+    [incident] = get(rolled_out, "/v1/incidents")["incidents"]
+    console = Console(browser, rolled_out.api_url)
+    page = console.open("overview", shot="overview-change")
+    for chart in ("timeline", "fleet-p99", "fleet-rate"):
+        marks = page.eval_on_selector_all(
+            f"svg[data-chart='{chart}'] g.mark.change",
+            "gs => gs.map(g => [g.dataset.id, g.dataset.x, g.dataset.label])",
+        )
+        label = f"rollout {change['scope']['deployment']}"
+        assert marks == [[change["change_id"], iso(change["at"]), label]], chart
+    console.open("tenants")
+    assert page.eval_on_selector_all("svg[data-chart='tenant-e2e'] g.mark.change", "gs => gs.length") == 1
+    page = console.open(f"incident?id={incident['incident_id']}", shot="incident-change")
+    assert page.eval_on_selector("#incident h2", "h => h.innerText").endswith(incident["title"])
+    assert page.eval_on_selector_all("svg[data-chart='incident-timeline'] g.mark.change", "gs => gs.length") == 1
+    rows = page.eval_on_selector_all("#incident-changes tbody tr", "rs => rs.map(r => r.innerText)")
+    assert len(rows) == 1 and change["summary"] in rows[0]
+    first_two = page.eval_on_selector_all(
+        "#incident-compare tbody tr", "rs => rs.slice(0, 2).map(r => [...r.cells].slice(0, 2).map(c => c.innerText))"
+    )
+    assert sorted(first_two) == [["quantization", "int4"], ["service.version", "1.5.0"]]
+    assert console.errors == [], console.errors
+    console.close()

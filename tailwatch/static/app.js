@@ -141,8 +141,15 @@ function incidentCard(i) {
     i.suggested_fix ? h('p', {}, h('strong', {}, 'Fix first: '), i.suggested_fix) : null);
 }
 
-// Incidents and alerts as bars over the range: what began when, and what overlapped.
-function timeline(name, caption, r, incidents, alerts, clusters = []) {
+// The fleet's changes in a range, as marks every timeline draws: a dashed line at each, labelled with its kind.
+async function changeMarks(r) {
+  const body = await api(`/v1/changes?since=${iso(r.from)}&limit=500`);
+  return body.changes.filter((c) => t(c.at) <= r.to).map((c) => ({ t: t(c.at), id: c.change_id, kind: 'change',
+    label: `${c.kind} ${c.scope.deployment}`, change: c }));
+}
+
+// Incidents and alerts as bars over the range: what began when, and what overlapped; the changes as marks.
+function timeline(name, caption, r, incidents, alerts, clusters = [], marks = []) {
   const bars = [
     ...incidents.map((i) => ({ id: i.incident_id, lane: `incident: ${i.title}`, start: t(i.started_at),
       end: i.resolved_at ? t(i.resolved_at) : null, label: i.title, kind: 'incident', severity: i.severity })),
@@ -151,11 +158,11 @@ function timeline(name, caption, r, incidents, alerts, clusters = []) {
     ...clusters.map((c) => ({ id: c.cluster_id, lane: `cluster ${labelText(c.signature)}`, start: t(c.window_start),
       end: t(c.window_end), label: c.summary, kind: 'cluster' })),
   ].filter((b) => (b.end ?? r.to) > r.from && b.start <= r.to);
-  return lanes(name, caption, { bars, from: r.from, to: r.to });
+  return lanes(name, caption, { bars, from: r.from, to: r.to, marks });
 }
 
 // The fleet over the range, from tenant_fairness's windows: every tenant's e2e p99 together, and requests per second.
-async function fleetCharts(r) {
+async function fleetCharts(r, marks) {
   const rows = (await figures('tenant_fairness', r.from, r.to, { distinct: 'true',
     columns: 'window_start,window_end,tenant_id,n,aggregate_p99' })).rows;
   const windows = new Map();
@@ -165,19 +172,19 @@ async function fleetCharts(r) {
   }
   const ws = [...windows.values()];
   return h('div', { class: 'pair' },
-    timeChart('fleet-p99', 'Fleet e2e p99 (every tenant together), per window', { from: r.from, to: r.to, unit: 'ms',
+    timeChart('fleet-p99', 'Fleet e2e p99 (every tenant together), per window', { from: r.from, to: r.to, unit: 'ms', marks,
       series: [{ name: 'fleet p99', points: ws.map((w) => ({ t: t(w.window_end), v: w.aggregate_p99 })) }] }),
-    timeChart('fleet-rate', 'Requests per second, per window', { from: r.from, to: r.to, unit: 'req/s',
+    timeChart('fleet-rate', 'Requests per second, per window', { from: r.from, to: r.to, unit: 'req/s', marks,
       series: [{ name: 'requests/s', points: ws.map((w) => ({ t: t(w.window_end), v: w.requests / ((t(w.window_end) - t(w.window_start)) / 1000) })) }] }));
 }
 
 async function incidentsView(r) {
-  const body = await api(`/v1/incidents?since=${iso(r.from)}&limit=500`);
+  const [body, marks] = await Promise.all([api(`/v1/incidents?since=${iso(r.from)}&limit=500`), changeMarks(r)]);
   const shown = body.incidents.sort((a, b) => (a.state === b.state ? t(b.started_at) - t(a.started_at) : a.state === 'open' ? -1 : 1));
   return [
     h('h2', {}, `Incidents in range (${shown.length})`),
     shown.length ? h('div', { id: 'incident-list' }, shown.map(incidentCard)) : h('p', { class: 'muted empty-note' }, 'No incident in this range.'),
-    timeline('incidents-timeline', 'Incidents over the range', r, shown, []),
+    timeline('incidents-timeline', 'Incidents and the fleet\'s changes over the range', r, shown, [], [], marks),
   ];
 }
 
@@ -193,6 +200,9 @@ async function incident(r, params) {
   const found = clusters.clusters.filter((c) => i.cluster_ids.includes(c.cluster_id));
   // Its own range: from an hour before it began to its end (or now).
   const own = { from: t(i.started_at) - 36e5, to: (i.resolved_at ? t(i.resolved_at) : Date.now()) + 6e5 };
+  const [marks, compared] = await Promise.all([changeMarks(own), api(`/v1/compare?incident=${id}&limit=10`)
+    .catch((e) => ({ error: e.message }))]);
+  const before = marks.filter((m) => i.change_ids.includes(m.id)).map((m) => m.change);
   const engine = i.engine || {};
   const engineRows = ['queue_depth', 'kv_cache_usage', 'preempted_share', 'cache_hit_ratio'].filter((k) => engine[k])
     .map((k) => ({ name: k, ...engine[k] }));
@@ -204,7 +214,19 @@ async function incident(r, params) {
       h('p', { class: 'muted' }, `${i.state} · since ${utc(t(i.started_at))} UTC${i.resolved_at ? ` · resolved ${utc(t(i.resolved_at))} UTC` : ''}`),
       h('p', { id: 'incident-summary' }, i.summary),
       i.suggested_fix ? h('p', {}, h('strong', {}, 'Fix first: '), i.suggested_fix) : null),
-    timeline('incident-timeline', 'Its alerts and clusters, from an hour before it began', own, [i], mine, found),
+    timeline('incident-timeline', 'Its alerts and clusters, and the fleet\'s changes, from an hour before it began', own, [i], mine, found, marks),
+    h('section', {}, h('h2', {}, `Changed just before (${before.length})`), table([
+      ['At', (c) => `${utc(t(c.at))} UTC`], ['Kind', (c) => c.kind], ['Deployment', (c) => c.scope.deployment],
+      ['Before', (c) => labelText(c.before)], ['After', (c) => labelText(c.after)], ['Summary', (c) => c.summary],
+    ], before, { id: 'incident-changes', empty: 'Nothing in its scope changed in the half hour before it.' })),
+    h('section', {}, h('h2', {}, 'Its bad requests against the hour before it'), compared.error
+      ? h('p', { class: 'muted empty-note', id: 'incident-compare' }, `Not compared: ${compared.error}`)
+      : table([
+        ['Dimension', (d) => d.dimension], ['Value', (d) => d.value],
+        ['Of its bad requests', (d) => `${pct(d.a_share)} (${fmt(d.a_count)})`],
+        ['The hour before', (d) => `${pct(d.b_share)} (${fmt(d.b_count)})`],
+        ['Evidence', (d) => (d.passes ? `p ${d.p_value < 1e-300 ? '< 1e-300' : `= ${d.p_value.toPrecision(2)}`}` : 'not significant')],
+      ], compared.differences.filter((d) => d.a_share > d.b_share), { id: 'incident-compare', empty: 'No value is over-represented among its bad requests.' })),
     h('section', {}, h('h2', {}, 'The engines in its first hour against the hour before'),
       table([['Fact', (x) => x.name], ['During', (x) => shown(x.name, x.during)], ['Before', (x) => shown(x.name, x.before)]],
         engineRows, { id: 'incident-engine', empty: 'No engine facts for its requests.' })),
@@ -226,9 +248,9 @@ async function incident(r, params) {
 // ---- views -------------------------------------------------------------------------------------
 
 async function overview(r) {
-  const [firing, recent, clusters, status, incidents] = await Promise.all([
+  const [firing, recent, clusters, status, incidents, marks] = await Promise.all([
     api('/v1/alerts?state=firing&limit=200'), api('/v1/alerts?limit=200'), api('/v1/clusters?limit=200'), api('/v1/status'),
-    api(`/v1/incidents?since=${iso(r.from)}&limit=500`),
+    api(`/v1/incidents?since=${iso(r.from)}&limit=500`), changeMarks(r),
   ]);
   const open = incidents.incidents.filter((i) => i.state === 'open')
     .sort((a, b) => SEVERITY[a.severity] - SEVERITY[b.severity] || t(a.started_at) - t(b.started_at));
@@ -253,8 +275,8 @@ async function overview(r) {
   return [
     h('section', {}, h('h2', {}, `Open incidents (${open.length})`),
       open.length ? h('div', { id: 'incidents' }, open.map(incidentCard)) : h('p', { class: 'muted empty-note', id: 'incidents' }, 'No incident is open.')),
-    timeline('timeline', 'Incidents and alerts over the range', r, incidents.incidents, episodes),
-    await fleetCharts(r),
+    timeline('timeline', 'Incidents, alerts and the fleet\'s changes over the range', r, incidents.incidents, episodes, [], marks),
+    await fleetCharts(r, marks),
     h('section', {}, h('h2', {}, `Firing alerts (${firing.alerts.length})`),
       table([
         ['Severity', (a) => h('span', { class: `sev ${a.severity}` }, a.severity)],
@@ -313,13 +335,14 @@ async function tokens(r, params) {
     : { rows: [], config: null };
   const mine = body.rows.filter((x) => groupOf(x) === group);
   const ratio = body.config ? body.config.ratio_threshold : 2;
+  const changes = (await changeMarks(r)).filter((m) => !chosen || m.change.scope.deployment === chosen.deployment);
   const chart = timeChart('tpot', `p99 time per output token, ${group || 'no group'}: the band runs from the 24-hour baseline p99 to ${ratio}× it (the alert threshold)`, {
     from: r.from, to: r.to, unit: 'ms',
     series: [{ name: 'tpot p99', points: mine.map((x) => ({ t: t(x.window_end), v: x.tpot_p99 })) },
       { name: 'tpot p50', points: mine.map((x) => ({ t: t(x.window_end), v: x.tpot_p50 })), dash: true }],
     band: mine.filter((x) => x.baseline_p99 !== null).map((x) => ({ t: t(x.window_end), lo: x.baseline_p99, hi: x.baseline_p99 * ratio })),
     bandName: `baseline p99 to ${ratio}×`,
-    marks: mine.filter((x) => x.breached).map((x) => ({ t: t(x.window_end), label: x.reason || 'breach' })),
+    marks: [...mine.filter((x) => x.breached).map((x) => ({ t: t(x.window_end), label: x.reason || 'breach' })), ...changes],
   });
   const breaches = mine.filter((x) => x.breached).reverse();
   return [
@@ -344,6 +367,7 @@ async function tenants(r, params) {
   const chosen = params.get('tenant');
   const shown = chosen && byTenant.has(chosen) ? [chosen] : names.slice(0, 8);
   const windows = uniq(rows, (x) => x.window_end);
+  const marks = await changeMarks(r);
   const lines = (field, aggregate) => [
     ...shown.map((n) => ({ name: `tenant ${n}`, points: byTenant.get(n).map((x) => ({ t: t(x.window_end), v: x[field] })) })),
     { name: 'all tenants', color: '#333', dash: true, points: windows.map((x) => ({ t: t(x.window_end), v: x[aggregate] })) },
@@ -351,16 +375,16 @@ async function tenants(r, params) {
   return [
     h('div', { class: 'pickers' }, select('Tenant', ['all (top 8 by requests)', ...names], chosen && byTenant.has(chosen) ? chosen : 'all (top 8 by requests)',
       (v) => go('tenants', { tenant: v.startsWith('all') ? null : v }))),
-    timeChart('tenant-e2e', 'End-to-end p99 per tenant against every tenant together', { from: r.from, to: r.to, unit: 'ms', series: lines('latency_p99', 'aggregate_p99') }),
-    timeChart('tenant-ttft', 'Time-to-first-token p99 per tenant against every tenant together', { from: r.from, to: r.to, unit: 'ms', series: lines('ttft_p99', 'aggregate_ttft_p99') }),
-    timeChart('jain', "Jain's fairness index of the tenants' p99s (1 is perfectly even)", { from: r.from, to: r.to,
+    timeChart('tenant-e2e', 'End-to-end p99 per tenant against every tenant together', { from: r.from, to: r.to, unit: 'ms', marks, series: lines('latency_p99', 'aggregate_p99') }),
+    timeChart('tenant-ttft', 'Time-to-first-token p99 per tenant against every tenant together', { from: r.from, to: r.to, unit: 'ms', marks, series: lines('ttft_p99', 'aggregate_ttft_p99') }),
+    timeChart('jain', "Jain's fairness index of the tenants' p99s (1 is perfectly even)", { from: r.from, to: r.to, marks,
       series: [{ name: "Jain's index", points: windows.map((x) => ({ t: t(x.window_end), v: x.jain_index })) }] }),
-    ...await sloCharts(r, chosen),
+    ...await sloCharts(r, chosen, marks),
   ];
 }
 
 // The per-tenant SLOs (slo_burn): each SLO and tenant's burn rate over the last hour, and its budget left.
-async function sloCharts(r, chosen) {
+async function sloCharts(r, chosen, marks = []) {
   const rows = (await figures('slo_burn', r.from, r.to, { burn_window: '1h',
     columns: 'window_end,slo,tenant_id,burn_rate,budget_remaining' })).rows;
   if (!rows.length) {
@@ -378,8 +402,8 @@ async function sloCharts(r, chosen) {
   return [
     h('h2', {}, 'SLOs'),
     timeChart('slo-burn', 'Error-budget burn rate over the last hour, per SLO and tenant (14.4 pages when the last 5 minutes agree)', {
-      from: r.from, to: r.to, unit: '×', series: lines('burn_rate') }),
-    timeChart('slo-budget', 'Share of the error budget left over the SLO window', { from: r.from, to: r.to, series: lines('budget_remaining') }),
+      from: r.from, to: r.to, unit: '×', marks, series: lines('burn_rate') }),
+    timeChart('slo-budget', 'Share of the error budget left over the SLO window', { from: r.from, to: r.to, marks, series: lines('budget_remaining') }),
   ];
 }
 

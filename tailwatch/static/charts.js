@@ -132,8 +132,9 @@ export function timeChart(name, caption, { series, band = null, bandName = '', m
     }
     items.push({ name: s.name, color, dash: s.dash });
   });
-  marks.forEach((m, i) => {
-    const g = svgEl('g', { class: 'mark', 'data-x': new Date(m.t).toISOString(), 'data-label': m.label }, svg);
+  marks.filter((m) => m.t >= from && m.t <= to).forEach((m, i) => {
+    const g = svgEl('g', { class: `mark ${m.kind || ''}`, 'data-x': new Date(m.t).toISOString(), 'data-label': m.label,
+      ...(m.id ? { 'data-id': m.id } : {}) }, svg);
     svgEl('line', { x1: x(m.t), x2: x(m.t), y1: M.t, y2: H - M.b, class: 'mark-line' }, g);
     // Neighbouring labels alternate between two heights so they do not print over each other.
     svgEl('text', { x: x(m.t) + 3, y: M.t + 10 + (i % 2) * 12, class: 'mark-text' }, g).textContent = m.label;
@@ -242,9 +243,11 @@ export function waterfall(name, caption, spans) {
 
 // Episodes as bars on one time axis, a lane each: [{id, lane, start, end, label, kind, severity}]. An episode
 // still going runs to `to`. What a person reads first: when each fault began, how long it lasted, what overlapped.
-export function lanes(name, caption, { bars, from, to }) {
+// Marks [{t, label, id, kind}] are lines across every lane (the fleet's changes).
+export function lanes(name, caption, { bars, from, to, marks = [] }) {
   const { fig, svg } = frame(name, caption);
-  if (!bars.length) {
+  marks = marks.filter((m) => m.t >= from && m.t <= to);
+  if (!bars.length && !marks.length) {
     return empty(fig, svg);
   }
   const names = [...new Set(bars.map((b) => b.lane))];
@@ -265,6 +268,14 @@ export function lanes(name, caption, { bars, from, to }) {
   for (const t of timeTicks(from, to)) {
     svgEl('text', { x: x(t), y: h - 8, class: 'tick', 'text-anchor': 'middle' }, svg).textContent = to - from > 864e5 ? utc(t).slice(5) : utc(t).slice(11);
   }
-  legend(fig, [{ name: 'incident', color: '#e15759' }, { name: 'alert', color: '#f28e2b' }, { name: 'cluster window', color: '#4e79a7' }]);
+  marks.forEach((m, i) => {
+    const g = svgEl('g', { class: `mark ${m.kind || ''}`, 'data-x': new Date(m.t).toISOString(), 'data-label': m.label,
+      ...(m.id ? { 'data-id': m.id } : {}) }, svg);
+    svgEl('line', { x1: x(m.t), x2: x(m.t), y1: M.t, y2: h - M.b, class: 'mark-line' }, g);
+    svgEl('text', { x: x(m.t) + 3, y: h - M.b - 4 - (i % 2) * 12, class: 'mark-text' }, g).textContent = m.label;
+    title(g, `${utc(m.t)} UTC: ${m.label}`);
+  });
+  const items = [{ name: 'incident', color: '#e15759' }, { name: 'alert', color: '#f28e2b' }, { name: 'cluster window', color: '#4e79a7' }];
+  legend(fig, marks.length ? [...items, { name: 'change', color: '#6a3d9a', dash: true }] : items);
   return fig;
 }
