@@ -94,14 +94,15 @@ class Sets:
 
     @classmethod
     def of_incident(cls, incident: Incident, now: datetime) -> Sets:
-        """An incident's bad requests (its strongest evidence's symptom, of its deployment if it names one)
-        against the hour before it began."""
+        """An incident's bad requests (its strongest cluster's symptom; all its requests when no cluster
+        explains it), of its deployment if it names one, against the hour before it began."""
         end = min(incident.resolved_at or now, now)
         deployments = incident.scope.get("deployments") or []
         start = incident.started_at
         return cls(
             Window(start, max(end, start)), Window(start - BASELINE, start),
-            deployments[0] if len(deployments) == 1 else None, incident.cause.get("symptom"),
+            deployments[0] if len(deployments) == 1 else None,
+            incident.cause.get("symptom") if "cluster_id" in incident.cause else None,
         )  # fmt: skip
 
     @classmethod
@@ -118,10 +119,6 @@ class Compared:
     a_requests: int
     b_requests: int
     differences: list[Difference]
-
-
-class UnknownSymptom(ValueError):
-    """A symptom no request of the sets is measured on."""
 
 
 COLUMNS = ("end_time", *REQUEST_COLUMNS)
@@ -147,10 +144,11 @@ def compare(
             frame = frame.filter(pl.col("deployment").cast(pl.Utf8) == sets.deployment)
         if sets.symptom is not None:
             keys = [s.key for s in symptoms]
-            if sets.symptom not in keys:
-                raise UnknownSymptom(f"no request of {window.label()} is measured for {sets.symptom!r}")
-            i = keys.index(sets.symptom)
-            frame = frame.filter(pl.col(f"_bad{i}" if side == "a" else f"_in{i}"))
+            if sets.symptom not in keys:  # no request of the window was measured for it: the set is empty
+                frame = frame.clear()
+            else:
+                i = keys.index(sets.symptom)
+                frame = frame.filter(pl.col(f"_bad{i}" if side == "a" else f"_in{i}"))
         if changes is not None:
             frame = _with_attributes(frame, changes, window, tracked)
         frames.append(frame)

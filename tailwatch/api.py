@@ -19,7 +19,7 @@ import pyarrow as pa
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
-from detectors.compare import Comparing, Sets, UnknownSymptom
+from detectors.compare import Comparing, Sets
 from detectors.detection import DetectionPass
 from model.thread_names import name_this_thread
 from storage import export
@@ -165,8 +165,6 @@ def api_app(
             found = await asyncio.get_running_loop().run_in_executor(None, comparing, sets, args["limit"])
         except QueryError as exc:
             return _error(404 if exc.code == "not_found" else 400, exc.code, exc.message)
-        except UnknownSymptom as exc:
-            return _error(400, "bad_request", str(exc))
         except FrameTooLarge as exc:
             return _error(413, "too_large", f"the two sets are more than a pass may hold: {exc}; compare less time")
 

@@ -7,6 +7,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from conftest import RunningService, service_settings
 from waiting import HANG_GUARD
 
 from detectors.changes import CACHE_LABELS, RESOURCE_KEYS, ChangePass, Config, describe, find
-from detectors.compare import differences
+from detectors.clusters import Config as ClustersConfig
+from detectors.compare import Sets, compare, differences
 from detectors.incidents import Config as IncidentsConfig
 from detectors.incidents import build
 from model.columns import ENGINE_METRIC_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
@@ -122,6 +124,13 @@ def test_a_version_switched_on_running_replicas_is_a_version_change_and_a_quanti
     assert (by_kind["version"].before, by_kind["version"].after) == ({"service.version": "1.4.2"},
                                                                      {"service.version": "1.4.3"})  # fmt: skip
     assert (by_kind["config"].at, by_kind["config"].after) == (ROLL, {"quantization": "int8"})
+    settle = timedelta(seconds=CONFIG.settle_seconds)
+    assert find(frame, CONFIG, ROLL + settle - timedelta(seconds=1)).changes == []  # a switch not yet settled
+    early = {c.kind: c for c in find(frame, CONFIG, ROLL + settle).changes}
+    assert early["version"] == replace(by_kind["version"], found_at=ROLL + settle)  # found again: the same change
+    half = timedelta(minutes=CONFIG.lookback_minutes) / 2
+    assert "config" in {c.kind for c in find(frame, CONFIG, ROLL + half).changes}
+    assert "config" not in {c.kind for c in find(frame, CONFIG, ROLL + half + timedelta(seconds=1)).changes}
 
 
 def test_replicas_added_of_the_same_build_are_a_scale_step_reported_once_no_more_of_it_can_come() -> None:
@@ -141,6 +150,11 @@ def test_replicas_replaced_by_others_of_the_same_build_are_a_rollout_of_new_repl
     [change] = find(frame, CONFIG, AT).changes
     assert (change.kind, change.before, change.after) == ("rollout", {"replicas": ["r4", "r5"]},
                                                           {"replicas": ["r6", "r7"]})  # fmt: skip
+
+
+def test_a_replica_that_came_and_went_within_one_step_is_a_crash_loop_not_a_change() -> None:
+    brief = seen("r4", ROLL, ROLL + timedelta(minutes=3))
+    assert find(sightings(fleet(4, AT - H, AT), brief), CONFIG, AT).changes == []
 
 
 def test_an_attribute_flapping_span_by_span_is_counted_and_no_change() -> None:
@@ -195,6 +209,12 @@ def test_missing_version_attributes_name_no_version_and_a_replica_seen_too_seldo
     found = find(frame, CONFIG, max(AT, closes))
     assert [(c.kind, c.after) for c in found.changes] == [("scale", {"replica_count": 5})]
     assert found.skipped["few_sightings"] == 1
+    # New pods that send no version where the old ones did: compared on what both sides say, a scale step.
+    unversioned = find(sightings(fleet(4, AT - H, AT), fleet(1, ROLL, AT, bare, first=4)), CONFIG, max(AT, closes))
+    assert [(c.kind, c.after) for c in unversioned.changes] == [("scale", {"replica_count": 5})]
+    just = seen("r9", ROLL, ROLL + timedelta(minutes=1), bare, per_minute=CONFIG.min_sightings)
+    counted = find(sightings(fleet(4, AT - H, AT, bare), just), CONFIG, max(AT, closes))
+    assert counted.skipped["few_sightings"] == 0  # seen exactly min_sightings times: it counts
     nameless = find(sightings(seen("r0", ROLL, AT, deployment=None)), CONFIG, AT)
     assert nameless.changes == [] and nameless.skipped["no_deployment"] > 0
 
@@ -284,6 +304,14 @@ def test_the_values_a_set_holds_more_of_than_its_baseline_rank_first_with_their_
     weak_a = pl.DataFrame({"v": ["x"] * 33 + ["y"] * 67})
     weak_b = pl.DataFrame({"v": ["x"] * 15 + ["y"] * 85})
     assert differences(weak_a, weak_b, ["v"])[0].passes
+    weaker = pl.DataFrame({"v": ["x"] * 30 + ["y"] * 70})  # p = 0.0086: under 0.01, not under 0.01 / 2 values
+    assert not differences(weaker, weak_b, ["v"])[0].passes
+    # Chances too small for a double are equal: the one with more requests beyond the baseline's share ranks first.
+    big = pl.DataFrame({"small": ["s"] * 1500 + ["-"] * 3500, "big": ["b"] * 3000 + ["-"] * 2000})
+    base = pl.DataFrame({"small": ["-"] * 5000, "big": ["-"] * 5000})
+    ranked = differences(big, base, ["small", "big"])
+    assert ranked[0].p_value == ranked[1].p_value
+    assert [(d.dimension, d.value) for d in ranked[:2]] == [("big", "b"), ("small", "s")]
     many = [f"d{i}" for i in range(40)]
     wide_a = weak_a.with_columns(pl.lit("same").alias(d) for d in many)
     wide_b = weak_b.with_columns(pl.lit("same").alias(d) for d in many)
@@ -326,7 +354,8 @@ def _fill(store: Storage) -> None:
         *(row for i in (4, 5) for row in _spans(f"r{i}", AT - H, 120, old, "fp16")),
         *(row for i in (6, 7) for row in _spans(f"r{i}", ROLL, 60, new, "int4")),
     ]
-    spans = pa.Table.from_pylist(rows, schema=SPAN_BATCH_SCHEMA)
+    gateway = [{**row, "trace_id": "e" + row["trace_id"][1:], "replica_id": None} for row in rows[:10]]
+    spans = pa.Table.from_pylist(rows + gateway, schema=SPAN_BATCH_SCHEMA)  # a gateway's spans name no replica
     labels = {"num_gpu_blocks": "64", "block_size": "16", "engine": "0"}
     metrics = pa.Table.from_pylist([
         {"time": AT - H + timedelta(seconds=15 * i), "name": name, "kind": "gauge", "value": 1.0,
@@ -352,6 +381,7 @@ def test_a_store_reads_sightings_by_replica_minute_and_tracked_value_and_keeps_c
     r6 = spans.filter(pl.col("replica_id") == "r6")
     assert set(r6["service.version"]) == {"1.5.0"} and set(r6["quantization"]) == {"int4"}
     assert set(r6["k8s.replicaset.name"]) == {"vllm-b-5f2"} and r6["first_seen"].min() == ROLL
+    assert frame["container.image.name"].null_count() == frame.height  # an attribute no one sent is no value
     metrics = frame.filter(pl.col("source") == "metrics")
     assert metrics["n"].sum() == 480
     assert set(metrics["engine.cache.num_gpu_blocks"].drop_nulls()) == {"64"}
@@ -470,3 +500,33 @@ def test_compare_refuses_what_it_cannot_compare_with_a_sentence(service: Any) ->
     assert code == 200 and json.loads(body)["b"]["since"] == "2026-12-01T11:00:00Z"
     assert json.loads(body)["differences"] == []
     assert status("/v1/changes?since=2026-12-01")[1] == '{"changes": []}'
+
+
+def test_compare_reads_both_sets_through_the_ports_and_gives_each_request_its_replicas_attributes(
+    store: Storage,
+) -> None:
+    _fill(store)
+    sets = Sets(Window(ROLL, AT), Window(AT - H, ROLL), deployment="vllm-b")
+    found = compare(store.windows, store.change_store, sets, ClustersConfig(), CONFIG, limit=100)
+    # The gateway's ten spans are requests too (of no replica), in the hour before.
+    assert (found.a_requests, found.b_requests) == (4 * 60 + 2 * 60, 4 * 120 + 2 * 120 + 10)
+    top = {(d.dimension, d.value) for d in found.differences[:3]}
+    assert top == {("service.version", "1.5.0"), ("quantization", "int4"), ("k8s.replicaset.name", "vllm-b-5f2")}
+    assert all(d.passes and d.b_count == 0 for d in found.differences[:3])
+    other = Sets(Window(ROLL, AT), Window(AT - H, ROLL), deployment="vllm-c")
+    assert compare(store.windows, store.change_store, other, ClustersConfig(), CONFIG).differences == []
+
+
+def test_spans_that_arrive_late_within_relook_minutes_are_read_by_the_next_pass(store: Storage) -> None:
+    _fill(store)
+    passes = ChangePass(store.change_store, CONFIG)
+    passes.run(AT)
+    late = _spans("r6", AT - timedelta(minutes=3), 6, {"service.version": "1.5.0"}, "int4")
+    for row in late:
+        row["trace_id"] = "f" + row["trace_id"][1:]  # other requests than those already stored
+    batch = store.sink.try_submit(pa.Table.from_pylist(late, schema=SPAN_BATCH_SCHEMA))
+    assert batch is not None
+    batch.result(timeout=HANG_GUARD)
+    at = AT + timedelta(minutes=1)
+    read_on = passes.sightings(at)
+    assert read_on["n"].sum() == ChangePass(store.change_store, CONFIG).sightings(at)["n"].sum()

@@ -33,8 +33,8 @@ def sightings_sql(read: Sightings) -> str:
     return f"""
         SELECT * FROM (
             SELECT 'spans' AS source, coalesce(deployment, service_name) AS deployment, replica_id,
-                   toDateTime64(toStartOfMinute(end_time), 6) AS minute, min(end_time) AS first_seen, max(end_time) AS last_seen,
-                   toInt64(count()) AS n, {spans}
+                   toDateTime64(toStartOfMinute(end_time), 6) AS minute, min(end_time) AS first_seen,
+                   max(end_time) AS last_seen, toInt64(count()) AS n, {spans}
             FROM spans WHERE end_time >= {between.format(col="end_time")} AND replica_id IS NOT NULL
             GROUP BY ALL
             UNION ALL
