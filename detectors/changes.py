@@ -39,8 +39,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from detectors.clusters import clock
+from model.attribute_keys import attribute_key
 from storage.ports import SIGHTING_COLUMNS, Change, ChangeStore, Sightings, Window
-from storage.quoted_names import attribute_key
 
 # The resource attributes tracked whatever the configuration says (OpenTelemetry semantic conventions).
 RESOURCE_KEYS = ("service.version", "container.image.name", "container.image.tag", "k8s.replicaset.name")
@@ -377,8 +377,7 @@ class ChangePass:
                 second=0, microsecond=0
             )
         read = Sightings(Window(since, at), self.config.resource_keys(), CACHE_LABELS, self.config.max_sightings)
-        fresh = pl.from_arrow(self._store.sightings(read))
-        assert isinstance(fresh, pl.DataFrame)
+        fresh = pl.DataFrame(self._store.sightings(read))
         if since > start and self._kept is not None:
             kept = self._kept.filter((pl.col("minute") >= start) & (pl.col("minute") < since))
             fresh = pl.concat([kept, fresh], how="vertical_relaxed")

@@ -134,11 +134,9 @@ def compare(
     replica's tracked attributes, and their differences over every dimension."""
     frames = []
     for window, side in ((sets.a, "a"), (sets.b, "b")):
-        requests = pl.from_arrow(Requests(window, (*COLUMNS, *clusters.extra_dimensions), traffic_pattern=True,
-                                          categorical=True).fetch(source, budget))  # fmt: skip
-        scored = pl.from_arrow(Scores(window).fetch(source, budget))
-        assert isinstance(requests, pl.DataFrame)
-        assert isinstance(scored, pl.DataFrame)
+        requests = pl.DataFrame(Requests(window, (*COLUMNS, *clusters.extra_dimensions), traffic_pattern=True,
+                                         categorical=True).fetch(source, budget))  # fmt: skip
+        scored = pl.DataFrame(Scores(window).fetch(source, budget))
         frame, symptoms = with_symptoms({"requests": requests, "scores": scored}, clusters)
         if sets.deployment is not None:
             frame = frame.filter(pl.col("deployment").cast(pl.Utf8) == sets.deployment)
@@ -162,8 +160,7 @@ def _with_attributes(
 ) -> pl.DataFrame:
     """Each request with its replica's tracked resource attributes in the minute it ended, as its spans said."""
     read = Sightings(window, config.resource_keys(), CACHE_LABELS, config.max_sightings)
-    seen = pl.from_arrow(changes.sightings(read))
-    assert isinstance(seen, pl.DataFrame)
+    seen = pl.DataFrame(changes.sightings(read))
     keys = list(config.resource_keys())
     if requests.is_empty() or seen.is_empty():
         return requests.with_columns(pl.lit(None, pl.Utf8).alias(k) for k in keys)

@@ -186,7 +186,8 @@ def comparing(settings: Settings, storage: Storage) -> Comparing:
     """`GET /v1/compare` over `storage`: the sets read as the configured clusters read a window, within the
     detection pass's memory bound."""
     clusters = following(settings.detector_configs())[CLUSTERS]
-    assert isinstance(clusters, ClustersConfig)
+    if not isinstance(clusters, ClustersConfig):
+        raise TypeError(f"detectors.clusters is a {type(clusters).__name__}, not the clusters' config")
 
     def run(sets: Sets, limit: int) -> Compared:
         budget = FrameBudget(settings.storage.detection_memory_mb * 2**20)

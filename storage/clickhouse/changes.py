@@ -7,11 +7,11 @@ from datetime import datetime
 
 import pyarrow as pa
 
+from model.attribute_keys import attribute_key
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import Column, versioned
 from storage.clickhouse.stores import fit
 from storage.ports import CACHE_CONFIG_METRIC, Change, Sightings
-from storage.quoted_names import attribute_key
 
 
 def sightings_sql(read: Sightings) -> str:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-import duckdb
 import pyarrow as pa
 
+from model.attribute_keys import attribute_key
 from storage.duckdb.detector_store import WriteJobs
+from storage.duckdb.replaced_rows import replace_rows
 from storage.duckdb.window_source import DuckDBWindowSource
 from storage.ports import CACHE_CONFIG_METRIC, Change, Sightings
-from storage.quoted_names import attribute_key
 from storage.span_layout import SPAN_ROWS
 
 
@@ -60,7 +60,7 @@ class DuckDBChangeStore:
     def keep_changes(self, changes: Sequence[Change]) -> None:
         rows = [c.as_row() for c in changes]
         if rows:
-            self._writer.submit(lambda con: _replace(con, rows)).result()
+            self._writer.submit(lambda con: replace_rows(con, "changes", "change_id", rows)).result()
 
     def changes(self, *, since: datetime | None = None, until: datetime | None = None, limit: int = 100) -> pa.Table:
         clauses = [(c, v) for c, v in (('"at" >= ?', since), ('"at" < ?', until)) if v is not None]
@@ -73,13 +73,3 @@ class DuckDBChangeStore:
     def change(self, change_id: str) -> Change | None:
         rows = self._source.arrow("SELECT * FROM changes WHERE change_id = ?", [change_id]).to_pylist()
         return Change.from_row(rows[0]) if rows else None
-
-
-def _replace(con: duckdb.DuckDBPyConnection, rows: list[dict[str, object]]) -> None:
-    columns = ", ".join(f'"{c}"' for c in rows[0])
-    con.execute("DELETE FROM changes WHERE list_contains(?, change_id)", [[r["change_id"] for r in rows]])
-    con.register("_tailwatch_changes", pa.Table.from_pylist(rows))
-    try:
-        con.execute(f"INSERT INTO changes ({columns}) SELECT {columns} FROM _tailwatch_changes")
-    finally:
-        con.unregister("_tailwatch_changes")

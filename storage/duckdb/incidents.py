@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-import duckdb
 import pyarrow as pa
 
 from storage.duckdb.detector_store import WriteJobs
+from storage.duckdb.replaced_rows import replace_rows
 from storage.duckdb.window_source import DuckDBWindowSource
 from storage.ports import Alert, Incident
 
@@ -37,7 +37,7 @@ class DuckDBIncidentStore:
     def keep_incidents(self, incidents: Sequence[Incident]) -> None:
         rows = [i.as_row() for i in incidents]
         if rows:
-            self._writer.submit(lambda con: _replace(con, rows)).result()
+            self._writer.submit(lambda con: replace_rows(con, "incidents", "incident_id", rows)).result()
 
     def incidents(self, *, state: str | None = None, since: datetime | None = None, limit: int = 100) -> pa.Table:
         clauses = [(c, v) for c, v in (("state = ?", state), ("updated_at > ?", since)) if v is not None]
@@ -50,13 +50,3 @@ class DuckDBIncidentStore:
     def incident(self, incident_id: str) -> Incident | None:
         rows = self._source.arrow("SELECT * FROM incidents WHERE incident_id = ?", [incident_id]).to_pylist()
         return Incident.from_row(rows[0]) if rows else None
-
-
-def _replace(con: duckdb.DuckDBPyConnection, rows: list[dict[str, object]]) -> None:
-    columns = ", ".join(rows[0])
-    con.execute("DELETE FROM incidents WHERE list_contains(?, incident_id)", [[r["incident_id"] for r in rows]])
-    con.register("_tailwatch_incidents", pa.Table.from_pylist(rows))
-    try:
-        con.execute(f"INSERT INTO incidents ({columns}) SELECT {columns} FROM _tailwatch_incidents")
-    finally:
-        con.unregister("_tailwatch_incidents")
