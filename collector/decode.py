@@ -12,7 +12,6 @@ from enum import StrEnum
 from functools import cache
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from google.protobuf.message import DecodeError, Message
@@ -36,10 +35,10 @@ from collector.normalize import (
     normalize_batch,
 )
 from collector.reasons import LogRejectReason, MetricUnjoined, Rejections
-from collector.scores import EVALUATION_EVENT, SCORE_HINT, Score, from_evaluation, from_span_attributes
+from collector.scores import EVALUATION_EVENT, Score, from_evaluation, score_table
 from collector.span_walk import ZERO_SPAN, ZERO_TRACE, Walked
 from model.attribute_split import gathered_keys, left_out, split
-from model.columns import DERIVED, MAX_TIME_NS, MOVED, SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
+from model.columns import DERIVED, MAX_TIME_NS, MOVED, SPAN_BATCH_SCHEMA
 from model.derived_columns import leave_derived, leave_duration
 
 
@@ -185,46 +184,12 @@ def decode_traces(
     return finish(walked, plan, split_attributes=split_attributes)
 
 
-# Serialized attributes that may carry scores (collector.scores pre-checks each span's the same way).
-_SCORE_HINT = SCORE_HINT.pattern.decode()
-
-
 def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Decoded:
-    """Scores, first-token times and the canonical LLM columns of a walked request: the one implementation,
-    whichever walk ran."""
+    """First-token times and the canonical LLM columns of a walked request: the one implementation,
+    whichever walk ran (both read the scores and the first-token events: collector/span_scores.py)."""
     spans = walked.spans
-    n = spans.num_rows
-    attributes, events, links = spans["attributes"], spans["events"], spans["links"]
+    attributes = spans["attributes"]
     left_out_json = spans["left_out"]
-    completion_start = walked.span_values.get(LANGFUSE_COMPLETION_START)
-    # Only spans with events, a Langfuse completion start or a score hint need Python; most have none.
-    visit = pc.is_valid(events)
-    if completion_start is not None:
-        visit = pc.or_(visit, pc.is_valid(completion_start.values))
-    visit = pc.or_(visit, pc.match_substring_regex(attributes, _SCORE_HINT))
-    first_tokens: list[float | None] = [None] * n
-    scores: list[Score] = []
-    rows = pc.indices_nonzero(visit).to_pylist()
-    if rows:
-        starts, ends = spans["start_time"].cast(pa.int64()), spans["end_time"].cast(pa.int64())
-        starts_at = completion_start.pylist() if completion_start is not None else [None] * n
-        trace_ids, span_ids = spans["trace_id"], spans["span_id"]
-        for i in rows:
-            row_events = orjson.loads(events[i].as_py()) if events[i].is_valid else None
-            start, end = starts[i].as_py(), ends[i].as_py()
-            first_tokens[i] = first_token_ms(row_events, starts_at[i], start)
-            scores.extend(
-                _scores(
-                    attributes[i].as_py(),
-                    left_out_json[i].as_py(),
-                    row_events,
-                    links[i].as_py(),
-                    trace=trace_ids[i].as_py(),
-                    span=span_ids[i].as_py(),
-                    end=end,
-                )
-            )
-
     names, kinds, durations = spans["name"], spans["kind"], spans["duration_ms"]
     llm, is_llm, roles = normalize_batch(
         plan,
@@ -235,7 +200,7 @@ def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Dec
             names,
             kinds,
             durations,
-            pa.array(first_tokens, pa.float64()),
+            _with_completion_start(walked, plan),
         ),
     )
     if split_attributes:
@@ -252,62 +217,27 @@ def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Dec
     table = pa.Table.from_arrays([*stored, is_llm, roles, *(llm[name] for name in FIELDS)], schema=SPAN_BATCH_SCHEMA)
     if split_attributes:
         table = table.append_column(MOVED, moved).append_column(DERIVED, derived)
-    return Decoded(Signal.TRACES, table, score_table(scores), walked.rejections)
+    return Decoded(Signal.TRACES, table, walked.scores, walked.rejections)
+
+
+def _with_completion_start(walked: Walked, plan: Plan) -> pa.Array:
+    """The first-token times from events, else from Langfuse's completion start where a span has one."""
+    completion_start = walked.span_values.get(LANGFUSE_COMPLETION_START)
+    if completion_start is None:
+        return walked.first_tokens
+    rows = pc.indices_nonzero(pc.and_(pc.is_valid(completion_start.values), pc.is_null(walked.first_tokens)))
+    if not len(rows):
+        return walked.first_tokens
+    first: list[float | None] = walked.first_tokens.to_pylist()
+    starts = walked.spans["start_time"].cast(pa.int64())
+    sent = completion_start.pylist()
+    for i in rows.to_pylist():
+        first[i] = first_token_ms(None, sent[i], starts[i].as_py())
+    return pa.array(first, pa.float64())
 
 
 # The walk's columns the decoded batch does not carry: what normalization and the split read.
 _WALK_ONLY = ("resource_index", "left_out")
-
-
-def _scores(
-    attrs_json: str,
-    left_out_json: str | None,
-    events: list[dict[str, Any]] | None,
-    links_json: str | None,
-    *,
-    trace: str,
-    span: str,
-    end: int,
-) -> list[Score]:
-    """A span's scores: from its attributes (on the span it judges, for a linked evaluator span) and events.
-    No score key is ever left out of `attrs_json` (tests/test_stored_attributes.py), so the hint reads it alone."""
-    raw = attrs_json.encode()
-    found: list[Score] = []
-    if SCORE_HINT.search(raw):
-        attrs = orjson.loads(raw)
-        if left_out_json is not None:
-            attrs.update(orjson.loads(left_out_json))
-        links = orjson.loads(links_json) if links_json is not None else None
-        score_trace, score_span = trace, span
-        if links is not None and len(links) == 1 and attrs.get("openinference.span.kind") == "EVALUATOR":
-            # OpenInference feedback arrives on a carrier span linked to the span it judges.
-            score_trace, score_span = links[0]["trace_id"], links[0]["span_id"]
-        found.extend(from_span_attributes(attrs, raw, score_trace, score_span, end))
-    for event in events or ():
-        if event["name"] == EVALUATION_EVENT:
-            # An event time storage cannot hold is as good as none: the score is the span's.
-            event_time = event["time_unix_nano"]
-            at = event_time if 0 < event_time <= MAX_TIME_NS else end
-            score = from_evaluation(event["attributes"], trace, span, "event", at)
-            if score is not None:
-                found.append(score)
-    return found
-
-
-def score_table(scores: list[Score]) -> pa.Table:
-    return pa.Table.from_arrays(
-        [
-            pa.array([s.trace_id for s in scores], pa.string()),
-            pa.array([s.span_id for s in scores], pa.string()),
-            pa.array([s.name for s in scores], pa.string()),
-            pa.array([s.score for s in scores], pa.float64()),
-            pa.array([s.label for s in scores], pa.string()),
-            pa.array([s.explanation for s in scores], pa.string()),
-            pa.array([s.source for s in scores], pa.string()),
-            pa.array([s.observed_ns for s in scores], pa.int64()).cast(pa.timestamp("ns")),
-        ],
-        schema=SCORE_BATCH_SCHEMA,
-    )
 
 
 def decode_logs(payload: bytes, encoding: Encoding) -> Decoded:

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
+from collector import span_scores
 from collector.decode import finish
 from collector.normalize import KeyValues, Plan
 from collector.reasons import Rejections
@@ -44,7 +45,9 @@ def walked(rows: pa.Table, span_keys: tuple[str, ...], resource_keys: tuple[str,
                 out[key] = KeyValues(values)
         return out
 
-    return Walked(batch, gathered("s", span_keys), gathered("r", resource_keys), Rejections())
+    return Walked(
+        batch, gathered("s", span_keys), gathered("r", resource_keys), Rejections(), *span_scores.of_spans(batch)
+    )
 
 
 class Follower:

@@ -10,7 +10,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from collector.normalize import parse_number
+from model.columns import SCORE_BATCH_SCHEMA
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 
@@ -112,3 +115,19 @@ def from_span_attributes(
                 Score(trace_id, span_id, name, score, label, _text(fields.get("explanation")), "attribute", observed_ns)
             )
     return scores
+
+
+def score_table(scores: list[Score]) -> pa.Table:
+    return pa.Table.from_arrays(
+        [
+            pa.array([s.trace_id for s in scores], pa.string()),
+            pa.array([s.span_id for s in scores], pa.string()),
+            pa.array([s.name for s in scores], pa.string()),
+            pa.array([s.score for s in scores], pa.float64()),
+            pa.array([s.label for s in scores], pa.string()),
+            pa.array([s.explanation for s in scores], pa.string()),
+            pa.array([s.source for s in scores], pa.string()),
+            pa.array([s.observed_ns for s in scores], pa.int64()).cast(pa.timestamp("ns")),
+        ],
+        schema=SCORE_BATCH_SCHEMA,
+    )

@@ -30,11 +30,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.decode import Decoded, Signal, score_table
+from collector.decode import Decoded, Signal
 from collector.engine_names import EngineNames, Kind
 from collector.engine_points import Origin, Point, PointColumns, Temporality
 from collector.metrics import IngestMetrics
 from collector.normalize import Plan
+from collector.scores import score_table
 from model.columns import MAX_TIME_NS
 from model.thread_names import name_this_thread
 from storage.ports import ScrapeHealth, SpanSink, TargetHealth

@@ -3,7 +3,8 @@
 Two implementations produce the same `Walked`: this one, in Python, is the reference and the fallback
 where no Rust toolchain built the compiled one (native/, loaded by collector/native_walk.py). A
 differential property test holds them together (tests/test_native_decoder.py). Everything after the
-walk (scores, first-token times, normalization, the final batch) is shared: collector/decode.py.
+walk (normalization, the final batch) is shared: collector/decode.py. Scores and first-token times from
+events are read by both (collector/span_scores.py is the reference, native/src/scores.rs the compiled).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from collector import span_scores
 from collector.anyvalue import attributes_dict
 from collector.errors import MalformedPayload
 from collector.normalize import KeyValues, gather
@@ -63,6 +65,8 @@ class Walked:
     span_values: dict[str, KeyValues]
     resource_values: dict[str, KeyValues]
     rejections: Rejections
+    scores: pa.Table  # SCORE_BATCH_SCHEMA, in row order
+    first_tokens: pa.Array  # float64 a row: the first-token time its events give, if any
 
 
 def malformed(detail: object) -> MalformedPayload:
@@ -175,7 +179,15 @@ def _walk(
     spans = pa.RecordBatch.from_arrays(
         [pa.array(values, field.type) for values, field in zip(columns, WALK_SCHEMA, strict=True)], schema=WALK_SCHEMA
     )
-    return Walked(spans, _gathered(span_attrs, span_keys), _gathered(resource_attrs, resource_keys), rejections)
+    scores, first_tokens = span_scores.of_spans(spans)
+    return Walked(
+        spans,
+        _gathered(span_attrs, span_keys),
+        _gathered(resource_attrs, resource_keys),
+        rejections,
+        scores,
+        first_tokens,
+    )
 
 
 def _gathered(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, KeyValues]:

@@ -5,4 +5,14 @@ class ArrowBatch:
 
 def walk_traces(
     payload: bytes, span_keys: list[str], resource_keys: list[str], left_out: list[str]
-) -> tuple[ArrowBatch, ArrowBatch, list[str], ArrowBatch, list[str], list[tuple[str, int, str]]]: ...
+) -> tuple[
+    ArrowBatch,
+    ArrowBatch,
+    list[str],
+    ArrowBatch,
+    list[str],
+    list[tuple[str, int, str]],
+    ArrowBatch,
+    ArrowBatch,
+    list[int],
+]: ...

@@ -61,9 +61,23 @@ KNOWN_KEYS = (
     "langfuse.observation.completion_start_time",
     "gen_ai.evaluation.name",
     "gen_ai.evaluation.score.value",
+    "gen_ai.evaluation.score.label",
+    "gen_ai.evaluation.explanation",
+    "gen_ai.evaluation.target_span_id",
     "eval.relevance.score",
+    "eval.relevance",
+    "eval.relevance.label",
+    "eval.relevance.explanation",
+    "eval.",
+    "eval..score",
+    "eval.score",
+    "eval.x\n",
     "evaluations.0.evaluation.name",
     "evaluations.0.evaluation.score",
+    "evaluations.0.annotation.label",
+    "annotations.01.annotation.name",
+    "annotations.01.evaluation.explanation",
+    "evaluations.\u0661.evaluation.name",
 )
 keys = st.one_of(st.sampled_from(KNOWN_KEYS), st.text(max_size=12))
 
@@ -71,6 +85,8 @@ scalars = st.one_of(
     st.none(),
     st.text(max_size=20),
     st.sampled_from(["12", " 7 ", "", "chat", "1e3", "nan", '["stop"]', '{"tenant_id": "t1"}', "2030-01-01T00:00:00Z"]),
+    # What Python's float() reads and a plain parse may not: underscores, other digits and spaces, signs.
+    st.sampled_from(["1_000", "\u0661", "\u20071", "\x1c2", "+.5", "-inf", "1e400", "0.25\n", "5.", "EVALUATOR"]),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.sampled_from([0, 1, -1, 2**53 + 1, 2**63 - 1]),
     st.floats(),
@@ -118,7 +134,11 @@ def spans(draw: st.DrawFn) -> Span:
     s.status.message = draw(st.text(max_size=6))
     for _ in range(draw(st.integers(min_value=0, max_value=2))):
         event = s.events.add(
-            name=draw(st.sampled_from(["gen_ai.evaluation.result", "First Token Stream Event", "other"])),
+            name=draw(
+                st.sampled_from(
+                    ["gen_ai.evaluation.result", "First Token Stream Event", "gen_ai.content.completion.chunk", "other"]
+                )
+            ),
             time_unix_nano=draw(times),
         )
         event.attributes.extend(key_values(draw(_pairs(values))))
@@ -208,3 +228,37 @@ def test_the_differential_check_fails_when_the_compiled_walk_differs(monkeypatch
 def test_a_request_the_compiled_decoder_cannot_parse_is_malformed_with_the_parser_s_reason() -> None:
     with pytest.raises(MalformedPayload, match=r"ExportTraceServiceRequest: failed to decode Protobuf message: .+"):
         decode_traces(b"\x0a\xff", Encoding.PROTOBUF, decoder=Decoder.NATIVE)
+
+
+def _scored_request(*labels: object) -> bytes:
+    request = ExportTraceServiceRequest()
+    ss = request.resource_spans.add().scope_spans.add()
+    for i, label in enumerate(labels):
+        s = ss.spans.add(
+            trace_id=bytes([i + 1]) * 16, span_id=bytes([i + 1]) * 8, start_time_unix_nano=T, end_time_unix_nano=T + 5
+        )
+        s.attributes.extend(key_values([("eval.relevance", 0.5 + i / 10), ("eval.relevance.label", label)]))
+    return request.SerializeToString()
+
+
+def test_the_compiled_walk_reads_scores_itself() -> None:
+    # Were every span handed to the reference, the differential tests would still pass: pin that it is not.
+    tailwatch_native = pytest.importorskip("tailwatch_native")
+
+    walked = tailwatch_native.walk_traces(_scored_request("good", 7, True), [], [], [])
+    scores, left = pa.record_batch(walked[6]), walked[8]
+    assert left == []
+    assert scores["label"].to_pylist() == ["good", "7", "True"]
+    assert scores["row"].to_pylist() == [0, 1, 2]
+
+
+def test_a_span_whose_text_only_python_writes_is_read_by_the_reference_in_its_place() -> None:
+    # str(0.25) is Python's to write: the middle span goes to the reference and keeps its place.
+    tailwatch_native = pytest.importorskip("tailwatch_native")
+
+    payload = _scored_request("good", 0.25, "bad")
+    assert tailwatch_native.walk_traces(payload, [], [], [])[8] == [1]
+    decoded = assert_same(payload)
+    assert decoded is not None
+    assert decoded.scores["label"].to_pylist() == ["good", "0.25", "bad"]
+    assert decoded.scores["score"].to_pylist() == [0.5, 0.6, 0.7]

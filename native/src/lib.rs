@@ -2,12 +2,14 @@
 //!
 //! `walk_traces` parses an ExportTraceServiceRequest with prost (the official message definitions from
 //! the opentelemetry-proto crate), validates every span, and hands Python three Arrow record batches
-//! through the Arrow C data interface, without copying: the stored span columns, and the values of
-//! the attribute keys normalization reads (per span, and per resource). Normalization, scores and
+//! through the Arrow C data interface, without copying: the stored span columns, the values of the
+//! attribute keys normalization reads (per span, and per resource), and the spans' scores and
+//! first-token times from events (src/scores.rs, equal to the Python reference's). Normalization and
 //! the final batch are built from these by the same Python code that finishes the reference decoder's
 //! walk (collector/span_walk.py), so there is one normalization.
 
 mod json;
+mod scores;
 mod walk;
 
 // A walk allocates a String or Vec for every key, value and attribute list prost parses, and frees
@@ -67,12 +69,17 @@ type WalkResult = (
     ArrowBatch,
     Vec<String>,
     Vec<(&'static str, u64, String)>,
+    ArrowBatch,
+    ArrowBatch,
+    Vec<i32>,
 );
 
 /// Walk one serialized ExportTraceServiceRequest.
 ///
 /// `left_out`: attribute keys written to the spans' `left_out` column instead of `attributes`.
-/// Returns (spans, span_values, span_json_keys, resource_values, resource_json_keys, rejections);
+/// Returns (spans, span_values, span_json_keys, resource_values, resource_json_keys, rejections, scores,
+/// first_tokens, scores_left): the scores with each one's row, the first-token times from events, and the
+/// rows whose scores are left to the Python reference (src/scores.rs);
 /// raises ValueError when the bytes are not a valid request.
 #[pyfunction]
 fn walk_traces(
@@ -96,6 +103,9 @@ fn walk_traces(
         batch(walked.resource_values),
         walked.resource_json_keys,
         walked.rejections.0,
+        batch(walked.scores),
+        batch(walked.first_tokens),
+        walked.scores_left,
     ))
 }
 

@@ -20,6 +20,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
+use crate::scores::Scores;
 use crate::json::{
     bytes_text, held, unique_entries, write_object, write_str, write_u64, write_value, Order,
 };
@@ -248,9 +249,14 @@ pub struct Walked {
     pub resource_values: RecordBatch,
     pub resource_json_keys: Vec<String>,
     pub rejections: Rejections,
+    /// Scores with each one's row, and the first-token times from events (crate::scores).
+    pub scores: RecordBatch,
+    pub first_tokens: RecordBatch,
+    /// Rows whose scores the reference reads (crate::scores): none of theirs is in `scores`.
+    pub scores_left: Vec<i32>,
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -370,6 +376,8 @@ pub fn walk(
     let mut resource_values = Gatherer::new(resource_keys);
     let mut text = Vec::with_capacity(1024);
     let mut resource_json = String::new();
+    let mut scores = Scores::default();
+    let mut row: i32 = 0;
 
     let empty = Vec::new();
     for (resource_index, rs) in request.resource_spans.iter().enumerate() {
@@ -397,8 +405,9 @@ pub fn walk(
                     continue;
                 }
                 let (start, end) = (s.start_time_unix_nano, s.end_time_unix_nano);
-                c.trace_id.append_value(hex(&s.trace_id));
-                c.span_id.append_value(hex(&s.span_id));
+                let (trace_id, span_id) = (hex(&s.trace_id), hex(&s.span_id));
+                c.trace_id.append_value(&trace_id);
+                c.span_id.append_value(&span_id);
                 if s.parent_span_id.is_empty() || s.parent_span_id.iter().all(|&b| b == 0) {
                     c.parent_span_id.append_null();
                 } else {
@@ -459,6 +468,8 @@ pub fn walk(
                 } else {
                     c.left_out.append_null();
                 }
+                scores.add(s, &attrs, &trace_id, &span_id, row);
+                row += 1;
                 span_values.add_row(&attrs);
                 c.resource.append_value(&resource_json);
 
@@ -528,7 +539,12 @@ pub fn walk(
     )?;
     let (span_values, span_json_keys) = span_values.finish()?;
     let (resource_values, resource_json_keys) = resource_values.finish()?;
+    let scores_left = std::mem::take(&mut scores.left);
+    let (scores, first_tokens) = scores.finish()?;
     Ok(Walked {
+        scores,
+        first_tokens,
+        scores_left,
         spans,
         span_values,
         span_json_keys,
