@@ -1,6 +1,6 @@
 """End-to-end ingest benchmark: sustained durable spans/s and peak RSS, next to the decode-only ceiling.
 
-Run on a quiet machine:  .venv/bin/python bench/ingest.py [--spans 1200000] [--concurrency 4]
+Run on a quiet machine:  .venv/bin/python bench/ingest.py [--workload flat|mix] [--spans 1200000] [--concurrency 4]
 Into ClickHouse in-process (chDB): add --set storage.backend=clickhouse --set storage.clickhouse.dsn=chdb:///DIR
 The ceiling is measured in the same run because this machine's speed varies by about ±40%.
 """
@@ -30,7 +30,7 @@ import duckdb
 import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llm_spans import unique_requests
+from workloads import WORKLOADS
 
 from collector.decode import Encoding, choose_decoder, decode_traces
 from storage.clickhouse.client import ClickHouse
@@ -276,24 +276,33 @@ def send_all(target: str, requests: list[bytes], concurrency: int, method: str =
     return stats
 
 
-def stored_spans(db: Path, settings: dict[str, str]) -> int:
-    """The spans the stopped server stored: in its DuckDB file, or (`--set storage.backend=clickhouse`) in the
-    ClickHouse its settings name, counted once by span as Tailwatch reads them."""
+def stored_spans(db: Path, settings: dict[str, str]) -> tuple[int, int]:
+    """(rows, distinct span ids) the stopped server stored: in its DuckDB file, or (`--set
+    storage.backend=clickhouse`) in the ClickHouse its settings name, as Tailwatch reads them. Every sent
+    span has its own id, so both equal the spans sent when each acknowledged span is stored once."""
     if settings.get("storage.backend") == "clickhouse":
         client = ClickHouse(settings["storage.clickhouse.dsn"])
         try:
-            return int(client.command("SELECT count() FROM spans FINAL"))
+            rows = int(client.command("SELECT count() FROM spans FINAL"))
+            return rows, int(client.command("SELECT uniqExact(trace_id, span_id) FROM spans FINAL"))
         finally:
             client.close()
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return int(con.execute("SELECT count(*) FROM spans").fetchall()[0][0])
+        found = con.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans").fetchall()[0]
+        return int(found[0]), int(found[1])
     finally:
         con.close()
 
 
+def bytes_on_disk(db: Path) -> int:
+    """The stopped server's store: the DuckDB file and anything beside it (its WAL, a spool left)."""
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="flat", help="bench/workloads.py")
     parser.add_argument("--spans", type=int, default=1_200_000, help="spans to send (unique ids)")
     parser.add_argument("--batch", type=int, default=1000, help="spans per export request")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
@@ -308,7 +317,7 @@ def main() -> None:
     n_requests = args.spans // args.batch
     t0 = (int(time.time()) - 3600) * 10**9
     print(f"generating {n_requests} requests of {args.batch} spans ...", flush=True)
-    requests = unique_requests(n_requests, args.batch, seed=1, t0_ns=t0)
+    requests = WORKLOADS[args.workload](n_requests, args.batch, seed=1, t0_ns=t0)
     bytes_per_span = sum(map(len, requests[:20])) / (20 * args.batch)
 
     sample = requests[: max(40, n_requests // 10)]
@@ -334,8 +343,9 @@ def main() -> None:
             peak_kib = sampler.stop()
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(120)
-            stored = stored_spans(db, settings)
+            stored, distinct = stored_spans(db, settings)
             sent = len(reqs) * args.batch
+            on_disk = bytes_on_disk(db) if settings.get("storage.backend") != "clickhouse" else None
             results[label] = {
                 "concurrency": concurrency,
                 "spans": sent,
@@ -344,16 +354,19 @@ def main() -> None:
                 "refused_requests_retried": int(stats["refused"]),
                 "peak_rss_mib": round(peak_kib / 1024),
                 "stored": stored,
+                "stored_distinct_ids": distinct,
+                "bytes_per_stored_span": round(on_disk / stored, 1) if on_disk and stored else None,
                 "exit_code": exit_code,
             }
             print(label, json.dumps(results[label]), flush=True)
             print(f"{label}: CPU µs per span", json.dumps(cpu, indent=1, ensure_ascii=False), flush=True)
-            assert stored == sent, f"{label}: stored {stored} of {sent} acknowledged spans"
+            assert stored == distinct == sent, f"{label}: stored {stored} rows, {distinct} ids of {sent} acknowledged"
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
     e2e = results["sustained"]["spans_per_s"]
     summary = {
+        "workload": args.workload,
         "bytes_per_span": round(bytes_per_span),
         "ceiling_1_process": round(ceiling_1),
         "ceiling_all_cores": round(ceiling_2),
