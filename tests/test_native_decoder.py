@@ -262,3 +262,63 @@ def test_a_span_whose_text_only_python_writes_is_read_by_the_reference_in_its_pl
     assert decoded is not None
     assert decoded.scores["label"].to_pylist() == ["good", "0.25", "bad"]
     assert decoded.scores["score"].to_pylist() == [0.5, 0.6, 0.7]
+
+
+def _evaluation(s: Span, at: int, name: str = "relevance") -> None:
+    event = s.events.add(name="gen_ai.evaluation.result", time_unix_nano=at)
+    event.attributes.extend(key_values([("gen_ai.evaluation.name", name), ("gen_ai.evaluation.score.value", 0.5)]))
+
+
+def test_an_evaluation_event_at_a_time_storage_cannot_hold_is_dated_at_its_span_s_end() -> None:
+    request = ExportTraceServiceRequest()
+    s = (
+        request.resource_spans.add()
+        .scope_spans.add()
+        .spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, start_time_unix_nano=T, end_time_unix_nano=T + 5_000)
+    )
+    for at in (0, T + 1_000, 2**63):
+        _evaluation(s, at)
+    decoded = assert_same(request.SerializeToString())
+    assert decoded is not None
+    observed = decoded.scores["observed_at"].cast(pa.int64()).to_pylist()
+    assert observed == [T + 5_000, T + 1_000, T + 5_000]
+
+
+@pytest.mark.parametrize(("links", "on_carrier"), [(1, False), (2, True)])
+def test_an_evaluator_span_s_scores_go_to_the_span_it_links_only_when_it_links_one(
+    links: int, on_carrier: bool
+) -> None:
+    request = ExportTraceServiceRequest()
+    s = (
+        request.resource_spans.add()
+        .scope_spans.add()
+        .spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, start_time_unix_nano=T, end_time_unix_nano=T + 5)
+    )
+    s.attributes.extend(key_values([("openinference.span.kind", "EVALUATOR"), ("eval.relevance", 0.5)]))
+    for i in range(links):
+        s.links.add(trace_id=bytes([i + 7]) * 16, span_id=bytes([i + 7]) * 8)
+    decoded = assert_same(request.SerializeToString())
+    assert decoded is not None
+    assert decoded.scores["span_id"].to_pylist() == ["02" * 8 if on_carrier else "07" * 8]
+
+
+def test_a_completion_chunk_at_the_span_s_start_is_a_first_token_of_zero() -> None:
+    request = ExportTraceServiceRequest()
+    s = (
+        request.resource_spans.add()
+        .scope_spans.add()
+        .spans.add(
+            trace_id=b"\x01" * 16,
+            span_id=b"\x02" * 8,
+            name="chat m",
+            start_time_unix_nano=T,
+            end_time_unix_nano=T + 10**9,
+        )
+    )
+    s.attributes.extend(key_values([("gen_ai.operation.name", "chat")]))
+    s.events.add(name="gen_ai.content.completion.chunk", time_unix_nano=T + 3_000_000)
+    s.events.add(name="gen_ai.content.completion.chunk", time_unix_nano=T)
+    s.events.add(name="gen_ai.content.completion.chunk", time_unix_nano=T - 1)
+    decoded = assert_same(request.SerializeToString())
+    assert decoded is not None
+    assert decoded.spans["ttft_ms"].to_pylist() == [0.0]
