@@ -458,35 +458,3 @@ def test_the_scores_counter_counts_each_score_stored_once_and_nothing_for_a_comm
             assert future is not None
             future.result(timeout=TIMEOUT)
         assert registry.get_sample_value("tailwatch_scores_stored_total") == 2
-
-
-def stored_scores(db: Path) -> dict[str, int]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return dict(con.execute("SELECT span_id, count(*) FROM span_scores GROUP BY span_id").fetchall())
-    finally:
-        con.close()
-
-
-def test_a_retry_late_in_the_window_stores_its_scores_once(tmp_path: Path) -> None:
-    db = tmp_path / "scores-window.duckdb"
-    clock = Clock(T)
-    with writer_on(db, clock) as writer:
-        writer.try_submit(spans("a"), scores("a")).result(timeout=TIMEOUT)  # type: ignore[union-attr]
-        clock.now = T + WINDOW - 1  # other commits meanwhile: the look-up starts at the window, not the last one
-        writer.try_submit(spans("b"), scores("b")).result(timeout=TIMEOUT)  # type: ignore[union-attr]
-        writer.try_submit(spans("a"), scores("a")).result(timeout=TIMEOUT)  # type: ignore[union-attr]
-    assert stored_scores(db) == {"span-a": 1, "span-b": 1}
-
-
-def test_a_score_resent_after_the_window_is_stored_again_as_its_span_is(tmp_path: Path) -> None:
-    # The score look-up covers what the span window covers (storage/dedup.py): beyond it, a resend is new.
-    db = tmp_path / "scores-after.duckdb"
-    clock = Clock(T)
-    with writer_on(db, clock) as writer:
-        writer.try_submit(spans("a"), scores("a")).result(timeout=TIMEOUT)  # type: ignore[union-attr]
-        clock.now = T + WINDOW + 60
-        writer.try_submit(spans("b"), scores("b")).result(timeout=TIMEOUT)  # type: ignore[union-attr]
-        writer.try_submit(spans("a"), scores("a")).result(timeout=TIMEOUT)  # type: ignore[union-attr]
-    assert stored(db) == {"span-a": 2, "span-b": 1}
-    assert stored_scores(db) == {"span-a": 2, "span-b": 1}

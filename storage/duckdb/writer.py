@@ -288,8 +288,7 @@ class Writer:
                 insert = insert_spans_sql(_BATCH_VIEW, tuple(spans.column_names))
                 con.execute(insert, [ingested_at])
             if scores is not None and scores.num_rows:
-                since = self._recent.oldest_ingest()
-                stored_scores = _insert_scores(con, scores, ingested_at, now if since is None else since)
+                stored_scores = _insert_scores(con, scores, ingested_at)
             if points is not None:
                 _insert_as(con, "engine_metrics", _METRICS_VIEW, points, ingested_at)
             if spooled_to:
@@ -378,12 +377,8 @@ def _insert_as(con: duckdb.DuckDBPyConnection, table: str, view: str, batch: pa.
     con.execute(f"INSERT INTO {table} ({columns}, ingested_at) SELECT {columns}, ? FROM {view}", [ingested_at])
 
 
-def _insert_scores(con: duckdb.DuckDBPyConnection, scores: pa.Table, ingested_at: datetime, since: float) -> int:
-    """Insert scores not stored before: a retried request carries the same (span, name, source, time).
-
-    A retry arrives within the window the span identities are remembered for (storage/dedup.py), so only
-    scores committed since `since` are compared, as for spans: the table is in ingest order, so DuckDB skips
-    the older row groups, where comparing with the whole table cost more each commit as it grew."""
+def _insert_scores(con: duckdb.DuckDBPyConnection, scores: pa.Table, ingested_at: datetime) -> int:
+    """Insert scores not stored before: a retried request carries the same (span, name, source, time)."""
     columns = ", ".join(scores.column_names)
     con.register(_SCORES_VIEW, scores)
     inserted = con.execute(
@@ -391,13 +386,13 @@ def _insert_scores(con: duckdb.DuckDBPyConnection, scores: pa.Table, ingested_at
         INSERT INTO span_scores ({columns}, ingested_at)
         SELECT DISTINCT {columns}, ? FROM {_SCORES_VIEW} AS b
         WHERE NOT EXISTS (
-            SELECT 1 FROM (SELECT * FROM span_scores WHERE ingested_at >= ?) AS s
+            SELECT 1 FROM span_scores AS s
             WHERE s.observed_at = b.observed_at AND s.trace_id = b.trace_id AND s.span_id = b.span_id
               AND s.name = b.name AND s.source = b.source
         )
         RETURNING 1
         """,
-        [ingested_at, _timestamp(since)],
+        [ingested_at],
     ).fetchall()
     return len(inserted)
 
