@@ -11,7 +11,8 @@ MODELS = ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-32B-Instruct", "mist
 TENANTS = ("acme", "globex", "initech", "umbrella", "smallco")
 
 
-def _kv(key: str, value: object) -> KeyValue:
+def any_value(value: object) -> AnyValue:
+    """The AnyValue an SDK encodes for a Python attribute value."""
     v = AnyValue()
     if isinstance(value, bool):
         v.bool_value = value
@@ -19,9 +20,15 @@ def _kv(key: str, value: object) -> KeyValue:
         v.int_value = value
     elif isinstance(value, float):
         v.double_value = value
+    elif isinstance(value, list | tuple):
+        v.array_value.values.extend(any_value(x) for x in value)
     else:
         v.string_value = str(value)
-    return KeyValue(key=key, value=v)
+    return v
+
+
+def _kv(key: str, value: object) -> KeyValue:
+    return KeyValue(key=key, value=any_value(value))
 
 
 def base_request(rng: random.Random, spans: int, t0_ns: int) -> ExportTraceServiceRequest:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import random
 
-from llm_spans import MODELS
+from llm_spans import MODELS, any_value
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
 TENANTS = ("acme", "globex", "initech")
@@ -26,23 +26,8 @@ SHORT_TRACE_SHARE = 0.063  # traces missing one span: ~254 traces a request of 1
 EVALUATIONS = ("groundedness", "relevance", "toxicity")
 
 
-def _value(value: object) -> AnyValue:
-    v = AnyValue()
-    if isinstance(value, bool):
-        v.bool_value = value
-    elif isinstance(value, int):
-        v.int_value = value
-    elif isinstance(value, float):
-        v.double_value = value
-    elif isinstance(value, list | tuple):
-        v.array_value.values.extend(_value(x) for x in value)
-    else:
-        v.string_value = str(value)
-    return v
-
-
 def _attributes(target: object, values: dict[str, object]) -> None:
-    target.attributes.extend(KeyValue(key=k, value=_value(v)) for k, v in values.items())  # type: ignore[attr-defined]
+    target.attributes.extend(KeyValue(key=k, value=any_value(v)) for k, v in values.items())  # type: ignore[attr-defined]
 
 
 def _resources(request: ExportTraceServiceRequest) -> dict[tuple[str, str], ResourceSpans]:

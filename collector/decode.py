@@ -200,7 +200,7 @@ def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Dec
             names,
             kinds,
             durations,
-            _with_completion_start(walked, plan),
+            _with_completion_start(walked),
         ),
     )
     if split_attributes:
@@ -220,7 +220,7 @@ def finish(walked: Walked, plan: Plan, *, split_attributes: bool = False) -> Dec
     return Decoded(Signal.TRACES, table, walked.scores, walked.rejections)
 
 
-def _with_completion_start(walked: Walked, plan: Plan) -> pa.Array:
+def _with_completion_start(walked: Walked) -> pa.Array:
     """The first-token times from events, else from Langfuse's completion start where a span has one."""
     completion_start = walked.span_values.get(LANGFUSE_COMPLETION_START)
     if completion_start is None:

@@ -160,7 +160,10 @@ fn field(slot: Option<Option<&AnyValue>>) -> Py<'_> {
     slot.map_or(Py::None, py)
 }
 
-fn entry<'g, 'k, 'a>(groups: &'g mut Vec<(&'k str, Fields<'a>)>, key: &'k str) -> &'g mut Fields<'a> {
+fn entry<'g, 'k, 'a>(
+    groups: &'g mut Vec<(&'k str, Fields<'a>)>,
+    key: &'k str,
+) -> &'g mut Fields<'a> {
     match groups.iter().position(|g| g.0 == key) {
         Some(i) => &mut groups[i].1,
         None => {
@@ -203,7 +206,12 @@ fn plain_key(key: &str) -> Option<(&str, &str)> {
     (!rest.is_empty()).then_some((rest, "value"))
 }
 
-const SCORE_PREFIXES: [&str; 4] = ["eval.", "gen_ai.evaluation.", "evaluations.", "annotations."];
+const SCORE_PREFIXES: [&str; 4] = [
+    "eval.",
+    "gen_ai.evaluation.",
+    "evaluations.",
+    "annotations.",
+];
 
 /// `collector.scores.from_span_attributes`, on the span's unique attributes in stored (sorted) order.
 fn from_attributes(
@@ -234,39 +242,43 @@ fn from_attributes(
             if name.is_empty() {
                 continue;
             }
-            let score = number(&field(fields.score))?;
-            let label = text(&field(fields.label))?;
-            if score.is_some() || label.is_some() {
-                out.push(Score {
-                    trace_id: trace_id.to_string(),
-                    span_id: span_id.to_string(),
-                    name: name.to_string(),
-                    score,
-                    label,
-                    explanation: text(&field(fields.explanation))?,
-                    source: "attribute",
-                    observed_ns,
-                });
-            }
+            let at = (trace_id, span_id, observed_ns);
+            push_attribute_score(out, at, &name, fields.score, fields)?;
         }
     }
     for (name, fields) in &plain {
         // A `.score` present wins over the bare key, even when it holds nothing.
-        let raw = if fields.score.is_some() { fields.score } else { fields.value };
-        let score = number(&field(raw))?;
-        let label = text(&field(fields.label))?;
-        if score.is_some() || label.is_some() {
-            out.push(Score {
-                trace_id: trace_id.to_string(),
-                span_id: span_id.to_string(),
-                name: name.to_string(),
-                score,
-                label,
-                explanation: text(&field(fields.explanation))?,
-                source: "attribute",
-                observed_ns,
-            });
-        }
+        let raw = if fields.score.is_some() {
+            fields.score
+        } else {
+            fields.value
+        };
+        push_attribute_score(out, (trace_id, span_id, observed_ns), name, raw, fields)?;
+    }
+    Ok(())
+}
+
+/// One score read from attributes, kept when it holds a number or a label.
+fn push_attribute_score(
+    out: &mut Vec<Score>,
+    (trace_id, span_id, observed_ns): (&str, &str, i64),
+    name: &str,
+    raw: Option<Option<&AnyValue>>,
+    fields: &Fields<'_>,
+) -> Read<()> {
+    let score = number(&field(raw))?;
+    let label = text(&field(fields.label))?;
+    if score.is_some() || label.is_some() {
+        out.push(Score {
+            trace_id: trace_id.to_string(),
+            span_id: span_id.to_string(),
+            name: name.to_string(),
+            score,
+            label,
+            explanation: text(&field(fields.explanation))?,
+            source: "attribute",
+            observed_ns,
+        });
     }
     Ok(())
 }
@@ -290,7 +302,9 @@ impl Scores {
         let mut scratch = std::mem::take(&mut self.scratch);
         let read = span_scores(s, attrs, trace_id, span_id, end, &mut scratch);
         match read {
-            Ok(()) => self.found.extend(scratch.drain(..).map(|score| (row, score))),
+            Ok(()) => self
+                .found
+                .extend(scratch.drain(..).map(|score| (row, score))),
             Err(Hand) => self.left.push(row),
         }
         self.scratch = scratch;
@@ -399,7 +413,11 @@ fn span_scores(
         if event.name == EVALUATION_EVENT {
             // An event time storage cannot hold is as good as none: the score is the span's.
             let t = event.time_unix_nano;
-            let at = if t > 0 && t <= MAX_TIME_NS { t as i64 } else { end };
+            let at = if t > 0 && t <= MAX_TIME_NS {
+                t as i64
+            } else {
+                end
+            };
             let entries = unique_entries(&event.attributes, Order::Sent);
             if let Some(score) = evaluation(&entries, trace_id, span_id, "event", at)? {
                 out.push(score);

@@ -20,10 +20,10 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use crate::scores::Scores;
 use crate::json::{
     bytes_text, held, unique_entries, write_object, write_str, write_u64, write_value, Order,
 };
+use crate::scores::Scores;
 
 /// Span times must stay below 2^63 ns, the range of a nanosecond timestamp (model/columns.py).
 const MAX_TIME_NS: u64 = (1 << 63) - 1;
