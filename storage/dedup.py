@@ -17,11 +17,15 @@ import pyarrow as pa
 _SEED = 0x7A11  # fixed, so keys rebuilt from the table after a restart match keys computed at ingest
 
 
-def _ids(table: pa.Table) -> pl.DataFrame:
-    frame = pl.from_arrow(table.select(["trace_id", "span_id"]))
+def _frame(table: pa.Table, columns: list[str]) -> pl.DataFrame:
+    frame = pl.from_arrow(table.select(columns))
     if not isinstance(frame, pl.DataFrame):  # a table always gives a DataFrame; this tells the type checker
         raise TypeError(f"polars gave a {type(frame).__name__} for an Arrow table")
     return frame
+
+
+def _ids(table: pa.Table) -> pl.DataFrame:
+    return _frame(table, ["trace_id", "span_id"])
 
 
 # 64-bit hash of (trace_id, span_id); collisions are resolved against the table before a span is dropped.
@@ -32,6 +36,20 @@ _FIRST = pl.struct("trace_id", "span_id").is_first_distinct().alias("first")
 def span_keys(table: pa.Table) -> pl.Series:
     """Every row's identity key."""
     return _ids(table).select(_KEY).to_series()
+
+
+def score_keys(table: pa.Table) -> list[int]:
+    """Every score row's identity key (a retried request carries the same span, name, source and time),
+    for the window that spares most commits the look-up of stored scores."""
+    frame = _frame(table, ["trace_id", "span_id", "name", "source", "observed_at"])
+    # In microseconds as stored (TIMESTAMP rounds a batch's nanoseconds to the nearest), so keys rebuilt
+    # from the table after a restart match the ones computed at ingest.
+    at = pl.col("observed_at")
+    unit = table.schema.field("observed_at").type.unit
+    micros = (at.cast(pl.Int64) + 500) // 1000 if unit == "ns" else at.dt.cast_time_unit("us").cast(pl.Int64)
+    key = pl.concat_str("trace_id", "span_id", "name", "source", micros.cast(pl.String), separator=":")
+    keys: list[int] = frame.select(key.hash(_SEED)).to_series().to_list()
+    return keys
 
 
 def first_occurrences(table: pa.Table) -> pl.Series:

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from waiting import WriterHold, join
 
 from model.columns import SCORE_BATCH_SCHEMA, SPAN_BATCH_SCHEMA
-from storage.dedup import Identities, RecentSpans, first_in_group, first_occurrences, span_keys
+from storage.dedup import Identities, RecentSpans, first_in_group, first_occurrences, score_keys, span_keys
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.writer import Writer, WriteResult
@@ -458,3 +458,76 @@ def test_the_scores_counter_counts_each_score_stored_once_and_nothing_for_a_comm
             assert future is not None
             future.result(timeout=TIMEOUT)
         assert registry.get_sample_value("tailwatch_scores_stored_total") == 2
+
+
+# --- scores: a window of their own ------------------------------------------------------------------------
+
+
+def write_scores(writer: Writer, table: pa.Table) -> int:
+    """How many of `table`'s scores the writer stored: a batch of scores alone, as OTLP logs bring them."""
+    before = stored_scores(writer)
+    future = writer.try_submit(None, table)
+    assert future is not None
+    future.result(timeout=TIMEOUT)
+    return stored_scores(writer) - before
+
+
+def stored_scores(writer: Writer) -> int:
+    count: int = writer.submit(lambda con: con.execute("SELECT count(*) FROM span_scores").fetchone()[0]).result(
+        timeout=TIMEOUT
+    )
+    return count
+
+
+def scores_at(observed_ns: int, *ids: str) -> pa.Table:
+    """Scores observed at a nanosecond that is not a whole microsecond: storage rounds it."""
+    table = scores(*ids)
+    at = pa.array([observed_ns] * len(ids), pa.int64()).cast(pa.timestamp("ns"))
+    return table.set_column(table.schema.get_field_index("observed_at"), "observed_at", at)
+
+
+def test_a_retried_score_batch_without_spans_is_stored_once_and_a_new_time_is_a_new_score(tmp_path: Path) -> None:
+    clock = Clock(T)
+    with writer_on(tmp_path / "scores.duckdb", clock) as writer:
+        assert write_scores(writer, scores("a", "b")) == 2
+        clock.now = T + WINDOW  # the window's far edge: still remembered
+        assert write_scores(writer, scores("a", "b")) == 0
+        assert write_scores(writer, scores_at(1_795_000_000_000_000_000, "a")) == 1  # same span, another time
+
+
+def test_a_score_retried_after_a_restart_is_stored_once_its_time_rounded_as_storage_rounds_it(tmp_path: Path) -> None:
+    db = tmp_path / "scores-restart.duckdb"
+    # 1,500 ns past a microsecond: a key that truncated where storage rounds would not match after the restart.
+    sent = scores_at(1_795_000_000_000_001_500, "a", "b")
+    with writer_on(db, Clock(T)) as writer:
+        assert write_scores(writer, sent) == 2
+    with writer_on(db, Clock(T + WINDOW + 3600)) as writer:
+        # The window is rebuilt from span_scores: no span stands for these scores in the spans' window.
+        assert writer._recent_scores.contains(score_keys(sent)) == [True, True]
+        assert write_scores(writer, sent) == 0
+
+
+def test_the_scores_window_is_bounded_by_max_spans_and_an_evicted_score_is_still_recognised(tmp_path: Path) -> None:
+    """Past the count bound a key is forgotten; the score is then inserted without the look-up of stored
+    ones, so the comparison is kept only where a key says a duplicate is possible."""
+    clock = Clock(T)
+    with writer_on(tmp_path / "bound.duckdb", clock, max_spans=2) as writer:
+        write_scores(writer, scores("a", "b"))
+        clock.now = T + 1
+        write_scores(writer, scores("c", "d"))
+        assert writer._recent_scores.contains(score_keys(scores("a", "c"))) == [False, True]
+        # A batch holding a remembered key is compared with the stored scores since the window's oldest commit.
+        assert write_scores(writer, scores("c", "e")) == 1
+        assert write_scores(writer, scores("a")) == 1  # forgotten: stored again, as spans beyond the bound are
+
+
+@pytest.mark.parametrize(("column", "other"), [("source", "attribute"), ("name", "relevance"), ("span_id", "span-z")])
+def test_a_retried_score_is_told_from_one_differing_only_in_source_name_or_span(
+    tmp_path: Path, column: str, other: str
+) -> None:
+    with writer_on(tmp_path / "identity.duckdb", Clock(T)) as writer:
+        write_scores(writer, scores("a"))
+        differing = scores("a")
+        differing = differing.set_column(differing.schema.get_field_index(column), column, pa.array([other]))
+        # The retry makes the batch a suspect, so the stored scores are compared column by column.
+        assert write_scores(writer, pa.concat_tables([scores("a"), differing])) == 1
