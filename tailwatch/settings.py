@@ -125,7 +125,10 @@ class IngestSettings(_Section):
     dedup_max_spans: int = Field(
         1_000_000,
         ge=0,
-        description="Cap on remembered span identities (about 110 bytes each); shortens the window when hit.",
+        description=(
+            "Cap on remembered span identities, and apart from them on score identities (about 110 bytes each); "
+            "shortens the window when hit."
+        ),
     )
     spool: bool = Field(
         True,
