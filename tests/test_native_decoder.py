@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from receivers import NATIVE_INSTALL, require_or_skip
+from receivers import NATIVE_INSTALL, import_or_skip, require_or_skip
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
 from targets import same_decoding
@@ -243,7 +243,7 @@ def _scored_request(*labels: object) -> bytes:
 
 def test_the_compiled_walk_reads_scores_itself() -> None:
     # Were every span handed to the reference, the differential tests would still pass: pin that it is not.
-    tailwatch_native = pytest.importorskip("tailwatch_native")
+    tailwatch_native = import_or_skip("tailwatch_native", NATIVE_INSTALL)
 
     walked = tailwatch_native.walk_traces(_scored_request("good", 7, True), [], [], [])
     scores, left = pa.record_batch(walked[6]), walked[8]
@@ -254,7 +254,7 @@ def test_the_compiled_walk_reads_scores_itself() -> None:
 
 def test_a_span_whose_text_only_python_writes_is_read_by_the_reference_in_its_place() -> None:
     # str(0.25) is Python's to write: the middle span goes to the reference and keeps its place.
-    tailwatch_native = pytest.importorskip("tailwatch_native")
+    tailwatch_native = import_or_skip("tailwatch_native", NATIVE_INSTALL)
 
     payload = _scored_request("good", 0.25, "bad")
     assert tailwatch_native.walk_traces(payload, [], [], [])[8] == [1]
