@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol
 
 import polars as pl
@@ -37,9 +37,19 @@ from detectors.base import DetectorConfig, Read, Window
 from detectors.changes import ChangePass
 from detectors.clusters import following
 from detectors.figure_gauges import FigureGauges
+from detectors.grid import grid_time
 from detectors.incidents import IncidentPass, Tied, Transition
 from detectors.registry import REGISTRY, get
-from storage.ports import DetectorStore, EvaluationRecord, FrameBudget, FrameTooLarge, Incident, RunRecord, WindowSource
+from storage.ports import (
+    DetectorStore,
+    EvaluationRecord,
+    FiringAlerts,
+    FrameBudget,
+    FrameTooLarge,
+    Incident,
+    RunRecord,
+    WindowSource,
+)
 
 log = logging.getLogger(__name__)
 _CACHE_SIZE = 32
@@ -127,12 +137,6 @@ class DetectorMetrics:
             log.exception("could not show the figures of %s for %s as gauges", key, window.label())
 
 
-def grid_time(now: datetime, interval_seconds: int) -> datetime:
-    """`now` (naive UTC) rounded down to the interval grid (every 5 minutes at :00, :05, … for 300)."""
-    epoch = now.replace(tzinfo=UTC).timestamp()
-    return datetime.fromtimestamp(epoch - epoch % interval_seconds, UTC).replace(tzinfo=None)
-
-
 class DetectionPass:
     def __init__(
         self,
@@ -169,6 +173,27 @@ class DetectionPass:
             return [k for k in REGISTRY if k in named]
         return [k for k in REGISTRY if self._configs[k].enabled]
 
+    def history_keys(self, only: Iterable[str] | None = None) -> list[str]:
+        """Of `keys(only)`, those a window of the past can be evaluated for: not those reading the alerts firing
+        now (clusters explain the present's alerts, and a caught-up window judges none)."""
+        epoch = datetime(2000, 1, 1)
+        return [
+            k
+            for k in self.keys(only)
+            if not any(
+                isinstance(r, FiringAlerts)
+                for r in get(k).inputs(self._configs[k], self._configs[k].window(epoch)).values()
+            )
+        ]
+
+    def evaluated(self, key: str, since: datetime) -> set[datetime]:
+        """The evaluation times of `key` logged at or after `since`, whatever their outcome."""
+        return self._store.evaluated(key, since)
+
+    def data_from(self, since: datetime) -> datetime | None:
+        """When the stored spans begin, looking no earlier than `since` (None: no span ends after it)."""
+        return self._source.first_span_end(since)
+
     def config(self, key: str) -> DetectorConfig:
         """The configuration `key` runs with (validated: an unknown key is a KeyError naming the known ones)."""
         return self._configs[get(key).key]
@@ -187,9 +212,11 @@ class DetectionPass:
         """Passes waiting for the one under way to finish."""
         return self._waiting
 
-    def run(self, at: datetime, only: Iterable[str] | None = None) -> list[RunResult]:
-        """Evaluate detectors as of wall-clock `at` (naive UTC) and persist what they found."""
-        keys = self.keys(only)
+    def run(self, at: datetime, only: Iterable[str] | None = None, *, judge: bool = True) -> list[RunResult]:
+        """Evaluate detectors as of wall-clock `at` (naive UTC) and persist what they found. With `judge`
+        false, a window of the past (detectors/catch_up.py): figures and the run log only, no alert, change or
+        incident is touched or sent."""
+        keys = self.keys(only) if judge else self.history_keys(only)
         with self._counting:
             self._waiting += 1
         try:
@@ -210,7 +237,9 @@ class DetectionPass:
                 uses.update(reads.values())
             shared = SharedReads(uses)
             published: list[tuple[str, Evaluation, int]] = []
-            results = [self._evaluate(key, at, plans[key], shared, published) for key in keys]
+            results = [self._evaluate(key, at, plans[key], shared, published if judge else None) for key in keys]
+            if not judge:
+                return results
             self._find_changes(at)  # first: an incident names the changes shortly before it
             tied = self._tie_incidents(at)
             # Alerts are sent once the incidents they are in are known, so a receiver can group them by it.
@@ -245,11 +274,14 @@ class DetectionPass:
 
     def _evaluate(
         self, key: str, at: datetime, reads: dict[str, Read] | Exception, shared: SharedReads,
-        published: list[tuple[str, Evaluation, int]],
+        published: list[tuple[str, Evaluation, int]] | None,
     ) -> RunResult:  # fmt: skip
+        """One detector's evaluation; `published` collects what is to be sent (None: a window of the past,
+        judged for no alert)."""
         spec = get(key)
         config = self._configs[key]
         window = config.window(at)
+        judge = published is not None
         started = time.perf_counter()
         try:
             if isinstance(reads, Exception):
@@ -260,15 +292,20 @@ class DetectionPass:
             frames = {name: _frame(self._fetch(read, shared, budget)) for name, read in reads.items()}
             detection = spec.detect(frames, config, window)
             state = self._store.firing_state(key)
-            evaluation = evaluate(
-                key,
-                detection.conditions,
-                state.firing,
-                state.breaches,
-                for_evaluations=config.for_evaluations,
-                default_severity=config.severity,
-                window=window,
-                at=at,
+            # A window of the past leaves the present's alerts and their counters as they are.
+            evaluation = (
+                evaluate(
+                    key,
+                    detection.conditions,
+                    state.firing,
+                    state.breaches,
+                    for_evaluations=config.for_evaluations,
+                    default_severity=config.severity,
+                    window=window,
+                    at=at,
+                )
+                if judge
+                else Evaluation(breaches=dict(state.breaches))
             )
             run = RunRecord(
                 key, at, window, "ok", time.perf_counter() - started,
@@ -282,7 +319,7 @@ class DetectionPass:
                     fired=evaluation.fired,
                     changed=evaluation.updated + evaluation.resolved,
                     breaches=evaluation.breaches,
-                    explanations=detection.explanations,
+                    explanations=detection.explanations if judge else {},
                 )
             )
         except FrameTooLarge as exc:
@@ -300,6 +337,12 @@ class DetectionPass:
             self._record_failure(key, window, at, seconds, message, outcome="error")
             return RunResult(key, window, "error", seconds, error=message)
         seconds = time.perf_counter() - started
+        if published is None:
+            if self._metrics is not None:
+                self._metrics.runs.labels(key, "ok").inc()
+            return RunResult(
+                key, window, "ok", seconds, rows=detection.figures.height, conditions=len(detection.conditions)
+            )
         for alert in evaluation.fired:
             log.warning("alert firing [%s] %s: %s", alert.severity, key, alert.summary)
         for alert in evaluation.resolved:

@@ -265,6 +265,9 @@ class WindowSource(Protocol):
     def request_summary(self, read: RequestSummary) -> pa.Table: ...
     def firing_alerts(self) -> pa.Table: ...
     def slo_counts(self, read: SloCounts) -> pa.Table: ...
+    def first_span_end(self, since: datetime) -> datetime | None:
+        """The earliest span end at or after `since`: where the data begins, for catching up on windows."""
+        ...
 
 
 # ---- what the detection pass keeps --------------------------------------------------------------
@@ -428,6 +431,10 @@ class DetectorStore(Protocol):
 
     def log_run(self, run: RunRecord) -> None:
         """Record a run that stored nothing else (a failed one)."""
+        ...
+
+    def evaluated(self, detector: str, since: datetime) -> set[datetime]:
+        """The evaluation times (`at`) of the detector's logged runs at or after `since`, whatever the outcome."""
         ...
 
 

@@ -145,7 +145,9 @@ class Service:
         )
         if s.scheduler:
             self._schedule_upkeep(self._scheduler)
-        detectors = schedule(self._scheduler, self.detection, gate=self._gate) if s.scheduler else []
+        detectors = (
+            schedule(self._scheduler, self.detection, gate=self._gate, catch_up=s.catch_up) if s.scheduler else []
+        )
         # Following the Collector's table is scheduler work: a receiver-only process neither follows nor takes
         # the lease from the process that does.
         follower = follower_of(s, storage) if s.scheduler else None

@@ -27,6 +27,7 @@ from pydantic import (
 from collector.decode import Decoder, choose_decoder
 from collector.engine_names import ENGINE_METRICS, EngineNames
 from collector.normalize import NormalizeConfig
+from detectors.catch_up import Config as CatchUpConfig
 from detectors.changes import Config as ChangesConfig
 from detectors.incidents import Config as IncidentsConfig
 from detectors.notify import WebhookPayloads
@@ -423,6 +424,7 @@ class Settings(_Section):
     detectors: DetectorsSettings = DetectorsSettings()
     incidents: IncidentsConfig = IncidentsConfig()
     changes: ChangesConfig = ChangesConfig()
+    catch_up: CatchUpConfig = CatchUpConfig()
     alerting: AlertingSettings = AlertingSettings()
     api: ApiSettings = ApiSettings()
     sql: SqlSettings = SqlSettings()

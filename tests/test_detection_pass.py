@@ -17,7 +17,8 @@ from conftest import RunningService, service_settings
 from waiting import HANG_GUARD, join, wait_until
 
 from detectors.base import Detection, Window
-from detectors.detection import RunResult, grid_time
+from detectors.detection import RunResult
+from detectors.grid import grid_time
 from detectors.registry import REGISTRY
 from detectors.scheduler import scheduled_pass
 from simulator import simulate

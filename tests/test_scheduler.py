@@ -12,8 +12,9 @@ from conftest import RunningService, service_settings
 from waiting import HANG_GUARD
 
 from detectors.detection import DetectionPass
+from detectors.grid import grid_time
 from detectors.registry import REGISTRY
-from detectors.scheduler import JOB_ID, grid_time, schedule, scheduled_pass
+from detectors.scheduler import JOB_ID, schedule, scheduled_pass
 from storage.duckdb.backend import DuckDBStorage
 
 

@@ -357,6 +357,25 @@ def test_re_evaluating_a_window_replaces_its_figures_and_logs_each_run(empty: St
     assert count(empty, "SELECT count(*) FROM detector_runs WHERE outcome = 'error'") == 1
 
 
+def test_the_run_log_says_which_evaluations_happened_since_a_time_whatever_their_outcome(empty: Storage) -> None:
+    key = "context_length"
+    times = [T0 + timedelta(minutes=m) for m in (5, 10, 15)]
+    for at, outcome in zip(times, ("ok", "error", "too_large"), strict=True):
+        empty.detector_store.log_run(RunRecord(key, at, WINDOW, outcome, 0.1))
+    empty.detector_store.log_run(RunRecord("replica_skew", times[2] + timedelta(minutes=5), WINDOW, "ok", 0.1))
+    assert empty.detector_store.evaluated(key, times[1]) == set(times[1:])
+    assert empty.detector_store.evaluated(key, T0) == set(times)
+    assert empty.detector_store.evaluated("replica_skew", times[2] + timedelta(minutes=6)) == set()
+
+
+def test_where_the_spans_begin_is_the_first_end_at_or_after_the_time_asked(storage: Storage) -> None:
+    first = min(r["end_time"] for r in REQUESTS)
+    assert storage.windows.first_span_end(T0) == first
+    later = sorted(r["end_time"] for r in REQUESTS)[10]
+    assert storage.windows.first_span_end(later) == later
+    assert storage.windows.first_span_end(T0 + timedelta(days=1)) is None
+
+
 def test_retention_deletes_exactly_the_spans_that_ended_before_the_cutoff(empty: Storage) -> None:
     future = empty.sink.try_submit(pa.Table.from_pylist(REQUESTS, schema=SPAN_BATCH_SCHEMA))
     assert future is not None

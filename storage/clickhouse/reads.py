@@ -85,6 +85,13 @@ class ClickHouseWindowSource:
             "SELECT alert_id, detector, labels, started_at FROM alerts WHERE state = 'firing' ORDER BY alert_id"
         )
 
+    def first_span_end(self, since: datetime) -> datetime | None:
+        # minOrNull: min of no rows is the type's default (1970), which would look like data.
+        first: datetime | None = self._client.arrow(
+            "SELECT minOrNull(end_time) FROM spans WHERE end_time >= {since:DateTime64(6)}", {"since": since}
+        )[0][0].as_py()
+        return first
+
     def slo_counts(self, read: SloCounts) -> pa.Table:
         if not read.windows:
             raise ValueError("SloCounts needs at least one trailing window")

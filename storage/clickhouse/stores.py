@@ -136,6 +136,14 @@ class ClickHouseDetectorStore:
         if rows.num_rows:
             self._client.insert(table, rows, replacing=True)
 
+    def evaluated(self, detector: str, since: datetime) -> set[datetime]:
+        rows = self._client.arrow(
+            "SELECT DISTINCT evaluated_at FROM detector_runs WHERE detector = {d:String} "
+            "AND evaluated_at >= {since:DateTime64(6)}",
+            {"d": detector, "since": since},
+        )
+        return set(rows.column(0).to_pylist())
+
     def log_run(self, run: RunRecord) -> None:
         row = {
             "detector": run.detector, "evaluated_at": run.at, "window_start": run.window.start,

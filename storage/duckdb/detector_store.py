@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
+from datetime import datetime
 from typing import Protocol, TypeVar
 
 import duckdb
@@ -40,6 +41,13 @@ class DuckDBDetectorStore:
 
     def log_run(self, run: RunRecord) -> None:
         self._writer.submit(lambda con: _log_run(con, run)).result()
+
+    def evaluated(self, detector: str, since: datetime) -> set[datetime]:
+        rows = self._source.arrow(
+            "SELECT DISTINCT evaluated_at FROM detector_runs WHERE detector = ? AND evaluated_at >= ?",
+            [detector, since],
+        )
+        return set(rows.column(0).to_pylist())
 
 
 def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:

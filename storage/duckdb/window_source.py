@@ -7,6 +7,7 @@ result; none of them writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import duckdb
@@ -194,6 +195,11 @@ class DuckDBWindowSource:
         return self.arrow(
             "SELECT alert_id, detector, labels, started_at FROM alerts WHERE state = 'firing' ORDER BY alert_id"
         )
+
+    def first_span_end(self, since: datetime) -> datetime | None:
+        rows = self.arrow("SELECT min(end_time) FROM spans WHERE end_time >= ?", [since])
+        first: datetime | None = rows.column(0)[0].as_py()
+        return first
 
     def slo_counts(self, read: SloCounts) -> pa.Table:
         if not read.windows:
