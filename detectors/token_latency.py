@@ -3,6 +3,8 @@
 Continuous batching makes decode jitter when long prefills land beside short decodes; that shows in
 the tail of tpot, not its mean. Per model/deployment (and per tenant), the window's p99 is compared
 with the p99 of the trailing baseline period before it, and a breach is tagged with its likely reason.
+The baseline leaves out the windows in which a group breached: were they in it, one fault would raise the
+bar (a band of 15–30 ms became 42–84 ms after one) and hide the next.
 The ratio breaches, and turns critical, by the rule every detector judges a group against its reference
 with (`frames.breaches`: at least the threshold); a cache hit ratio's fall below the baseline's is judged
 by it too.
@@ -22,7 +24,7 @@ from pydantic import Field
 
 from detectors.base import Condition, Detection, DetectorConfig, Severity, Window
 from detectors.frames import breaches, percentile
-from storage.ports import Aggregate, Measure, Read, Requests, RequestSummary
+from storage.ports import Aggregate, Breached, Measure, Read, Requests, RequestSummary
 
 KEY = "token_latency"
 SUMMARY = "Per-output-token decode latency p99 per window against its trailing baseline."
@@ -41,6 +43,11 @@ MODEL_SET, TENANT_SET = 0, 1
 class Config(DetectorConfig):
     baseline_hours: float = Field(
         24.0, gt=0, description="Length of the trailing baseline, ending at the last full hour before the window."
+    )
+    baseline_excludes_breaches: bool = Field(
+        True,
+        description="Leave out of the baseline the requests of each group in the windows where it breached, so a "
+        "fault does not raise the bar the next one is judged against.",
     )
     ratio_threshold: float = Field(2.0, gt=1, description="Alert when window p99 / baseline p99 reaches this.")
     critical_ratio: float = Field(3.0, gt=1, description="At or above this ratio the alert is critical.")
@@ -102,6 +109,10 @@ def inputs(config: Config, window: Window) -> dict[str, Read]:
             ),
             require=("tpot_ms",),
             cacheable=True,
+            # A model's breach leaves out every tenant's requests of it; a tenant's, that tenant's alone.
+            leave_out=Breached(KEY, keys=tuple(MODEL_KEYS), optional=("tenant_id",))
+            if config.baseline_excludes_breaches
+            else None,
         ),
     }
 

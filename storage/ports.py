@@ -172,6 +172,34 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """Requests of one group that ended in [start, end): `values` by column (None: any value, where the
+    column is one of `Breached.optional`; else NULL matches NULL)."""
+
+    start: datetime
+    end: datetime
+    values: tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class Breached:
+    """Leave out of a summary the requests of each group in the windows where `detector`'s figures say it
+    `breached`, so a trailing baseline does not take in the fault it is to show. A figures row matches a
+    request when each of `keys` equals the request's (NULL equal to NULL) and each of `optional` does or is
+    NULL in the row (a group over all its values: a model's breach leaves out every tenant's requests).
+    Contiguous windows of a group are one range; at most `MAX_LEFT_OUT` ranges, the newest, are left out.
+    `ranges` is filled in by storage."""
+
+    detector: str
+    keys: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    ranges: tuple[LeftOut, ...] | None = None
+
+
+MAX_LEFT_OUT = 256
+
+
+@dataclass(frozen=True)
 class RequestSummary:
     """Measures of the requests that ended inside `window`, per group, for each grouping set.
 
@@ -186,6 +214,7 @@ class RequestSummary:
     measures: tuple[Measure, ...]
     require: tuple[str, ...] = ()
     cacheable: bool = False
+    leave_out: Breached | None = None
 
     def fetch(self, source: WindowSource, budget: FrameBudget | None = None) -> pa.Table:
         return source.request_summary(self)

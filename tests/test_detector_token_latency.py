@@ -1,19 +1,25 @@
-"""token_latency on hand-built frames: the spike fires with its reason, a steady window stays silent."""
+"""token_latency on hand-built frames: the spike fires with its reason, a steady window stays silent; and on a
+real database, the baseline leaves out the windows that breached."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 import pytest
 from request_frames import WINDOW
+from waiting import HANG_GUARD
 
 from detectors.alerts import evaluate
 from detectors.base import Condition, Detection, Severity, Window
-from detectors.token_latency import LABELS, Config, detect, inputs
-from storage.ports import Requests, RequestSummary
+from detectors.detection import DetectionPass
+from detectors.token_latency import KEY, LABELS, Config, detect, inputs
+from storage.duckdb.backend import DuckDBStorage
+from storage.ports import Breached, Requests, RequestSummary
 
 BASELINE_COLUMNS = [
     "model",
@@ -539,6 +545,16 @@ def test_baseline_read_ends_at_the_last_full_hour_before_the_window() -> None:
     assert odd_baseline.window == Window(datetime(2026, 11, 20, 6, 0), datetime(2026, 11, 20, 12, 0))
 
 
+def test_the_baseline_leaves_out_a_models_breaches_for_all_its_tenants_and_a_tenants_for_it_alone() -> None:
+    window = Window(datetime(2026, 11, 20, 12, 7), datetime(2026, 11, 20, 12, 12))
+    baseline = inputs(Config(), window)["baseline"]
+    assert isinstance(baseline, RequestSummary)
+    # tenant_id is optional: a model's row (no tenant) matches every tenant's requests, a tenant's only its own.
+    assert baseline.leave_out == Breached(KEY, keys=("model", "deployment"), optional=("tenant_id",))
+    off = inputs(Config(baseline_excludes_breaches=False), window)["baseline"]
+    assert isinstance(off, RequestSummary) and off.leave_out is None
+
+
 # --------------------------------------------------------------------------------------------------
 # Reasons from the engines (engine metrics joined to each request).
 # --------------------------------------------------------------------------------------------------
@@ -587,3 +603,67 @@ def test_the_summary_says_what_the_engines_were_doing_while_p99_rose() -> None:
         "(n=100); while the KV cache sat at 97%, 60% of the slow requests saw preemptions, steps ran 2048 tokens; "
         "likely preemption: 60% of the slow requests ran while their replica preempted"
     ) in condition.summary
+
+
+# --- the baseline leaves the fault out (a real pass on a real database) ------------------------------------
+
+DAY0 = datetime(2026, 11, 20, 0, 0)
+
+
+def plant_tpot(storage: DuckDBStorage, start: datetime, minutes: int, spread: tuple[float, float]) -> None:
+    """60 requests a minute of tenant acme on llama, their tpot_ms evenly over `spread`, ending inside it."""
+    low, high = spread
+
+    def insert(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute(
+            """
+            INSERT INTO span_rows (trace_id, span_id, name, kind, start_time, end_time, duration_ms, status_code,
+                                   tenant_id, deployment, model, is_llm, llm_role, tpot_ms, e2e_ms, ingested_at)
+            SELECT ?::VARCHAR || '-' || m || '-' || i, 's', 'llm_request', 'SERVER', e - INTERVAL 1 SECOND, e, 1000,
+                   'OK', 'acme', 'chat', 'llama', true, 'server', ? + (? - ?) * i / 59.0, 1000.0, e
+            FROM range(?) AS a(m), range(60) AS b(i),
+                 LATERAL (SELECT ?::TIMESTAMP + to_minutes(m) + to_milliseconds(i * 900) AS e)
+            """,
+            [start.isoformat(), low, high, low, minutes, start],
+        )
+
+    storage.writer.submit(insert).result(HANG_GUARD)
+
+
+def evaluated_baseline(detection: DetectionPass, at: datetime, storage: DuckDBStorage) -> tuple[float, bool]:
+    """The model row's baseline p99 and whether it breached, for the evaluation at `at`."""
+    [result] = detection.run(at, only=[KEY])
+    assert result.outcome == "ok", result.error
+    [(p99, breached)] = storage.reader.rows(
+        "SELECT baseline_p99, breached FROM token_latency WHERE grouping = 'model' AND window_end = ?",
+        [Config().window(at).end],
+    )
+    return p99, breached
+
+
+@pytest.mark.parametrize("leaves_out", [True, False])
+def test_after_an_hour_long_breach_the_baseline_stays_at_its_level_before_it(db_path: Path, leaves_out: bool) -> None:
+    """A day at 15–30 ms, then an hour at three times that: were the breaching hour in the next day's
+    baseline (4 % of it, above the 1 % a p99 lets through), the baseline p99 would triple with it and the
+    next fault would have to be three times as bad again to be seen."""
+    storage = DuckDBStorage.open(db_path)
+    try:
+        plant_tpot(storage, DAY0, 26 * 60, (15.0, 30.0))
+        plant_tpot(storage, DAY0 + timedelta(hours=26), 60, (45.0, 90.0))
+        plant_tpot(storage, DAY0 + timedelta(hours=27), 120, (15.0, 30.0))
+        # Judged per model alone: its breach must leave out every tenant's requests (acme's, here).
+        config = Config(baseline_excludes_breaches=leaves_out, per_tenant=False)
+        detection = DetectionPass(storage.windows, storage.detector_store, {KEY: config})
+        before, _ = evaluated_baseline(detection, DAY0 + timedelta(hours=26, minutes=5), storage)
+        breaches = [
+            evaluated_baseline(detection, DAY0 + timedelta(hours=26, minutes=m), storage)[1] for m in range(10, 65, 5)
+        ]
+        assert all(breaches)
+        after, breached = evaluated_baseline(detection, DAY0 + timedelta(hours=28, minutes=5), storage)
+        assert not breached
+        if leaves_out:
+            assert after == pytest.approx(before, rel=0.01)
+        else:
+            assert after > 2 * before  # what leaving the breach in does: the bar rose with the fault
+    finally:
+        storage.close()

@@ -33,6 +33,7 @@ from storage.duckdb.backend import DuckDBStorage
 from storage.ports import (
     Aggregate,
     Alert,
+    Breached,
     EvaluationRecord,
     FiringAlerts,
     FrameBudget,
@@ -216,6 +217,59 @@ def test_a_request_summary_equals_its_measures_computed_from_the_requests(storag
         assert_frame_equal(part.sort(list(keys)), expected.sort(list(keys)), check_dtypes=False, rel_tol=1e-12)
         if "tenant_id" not in keys:
             assert got.filter(pl.col("grouping_set") == index)["tenant_id"].is_null().all()
+
+
+def breached_windows(store: Storage, rows: list[tuple[int, int, str, str, str | None, bool]]) -> None:
+    """token_latency figures: (start minute, end minute, model, deployment, tenant_id or None, breached), each
+    window persisted as its own evaluation."""
+    for start, end, model, deployment, tenant, breached in rows:
+        window = Window(T0 + timedelta(minutes=start), T0 + timedelta(minutes=end))
+        figures = pl.DataFrame(
+            [{"window_start": window.start, "window_end": window.end, "model": model, "deployment": deployment,
+              "tenant_id": tenant, "grouping": "model" if tenant is None else "tenant", "n": 100,
+              "breached": breached}]
+        )  # fmt: skip
+        run = RunRecord("token_latency", window.end, window, "ok", 0.1, rows=1, conditions=int(breached))
+        store.detector_store.persist(EvaluationRecord(run, {"token_latency": figures}))
+
+
+@pytest.mark.parametrize("engine", [False, True])
+def test_a_summary_leaves_out_each_groups_requests_in_the_windows_it_breached(empty: Storage, engine: bool) -> None:
+    fill(empty)
+    breached_windows(
+        empty,
+        [
+            (5, 7, "llama", "vllm-a", None, True),  # a model's breach: every tenant's requests of it
+            (7, 9, "llama", "vllm-a", None, True),  # contiguous with the one before: one range
+            (1, 3, "qwen", "vllm-a", "acme", True),  # a tenant's: that tenant's alone
+            (10, 12, "qwen", "vllm-a", None, False),  # evaluated, not breached: stays in
+            (12, 14, "llama", "vllm-b", None, True),  # another deployment's: not vllm-a's
+        ],
+    )
+    measures = (Measure("n", Aggregate.COUNT), Measure("p99", Aggregate.QUANTILE, "tpot_ms", 0.99))
+    if engine:  # an engine column: on ClickHouse the summary is computed in a loaded evaluation
+        measures += (Measure("kv", Aggregate.MEAN, "kv_cache_usage"),)
+    summary = RequestSummary(
+        Window(T0, T0 + timedelta(minutes=15)),
+        grouping_sets=(("model", "deployment"), ("model", "deployment", "tenant_id")),
+        measures=measures,
+        require=("tpot_ms",),
+        leave_out=Breached("token_latency", keys=("model", "deployment"), optional=("tenant_id",)),
+    )
+    got = frame(summary.fetch(empty.windows))
+    minute = (pl.col("end_time") - pl.lit(T0)).dt.total_seconds() / 60
+    kept = truth(summary.window).filter(
+        pl.col("tpot_ms").is_not_null()
+        & ~((pl.col("model") == "llama") & (minute >= 5) & (minute < 9))
+        & ~((pl.col("model") == "qwen") & (pl.col("tenant_id") == "acme") & (minute >= 1) & (minute < 3))
+    )
+    assert kept.height < truth(summary.window).filter(pl.col("tpot_ms").is_not_null()).height - 40
+    for index, keys in enumerate(summary.grouping_sets):
+        expected = kept.group_by(list(keys)).agg(
+            pl.len().alias("n"), pl.col("tpot_ms").quantile(0.99, "linear").alias("p99")
+        )
+        part = got.filter(pl.col("grouping_set") == index).select(*keys, "n", "p99")
+        assert_frame_equal(part.sort(list(keys)), expected.sort(list(keys)), check_dtypes=False, rel_tol=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 import pyarrow as pa
 
+from storage import left_out
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine, span_columns
 from storage.clickhouse.schema import LAYOUTS, Column
@@ -71,14 +72,22 @@ class ClickHouseWindowSource:
             return source.scores(read, budget)
 
     def request_summary(self, read: RequestSummary) -> pa.Table:
+        read = self._left_out(read)  # read here: a loaded evaluation has no figures tables
         used = [c for s in read.grouping_sets for c in s] + [*read.require] + [m.column for m in read.measures]
-        needs = self._needs(read.window, used)
+        needs = self._needs(read.window, [*used, *left_out.columns(read)])
         if needs.engine:
             with self._evaluator.loaded(self._client, needs) as source:
                 return source.request_summary(read)
         # Where the data is: a day of requests becomes one row per group inside ClickHouse.
-        stats = self._client.arrow(summary_sql(read), {"t0": read.window.start, "t1": read.window.end})
+        params: dict[str, object] = {"t0": read.window.start, "t1": read.window.end}
+        stats = self._client.arrow(summary_sql(read, params), params)
         return interpolate(stats, read.measures)
+
+    def _left_out(self, read: RequestSummary) -> RequestSummary:
+        if read.leave_out is None or read.leave_out.ranges is not None:
+            return read
+        sql = left_out.breached_sql(read.leave_out, "{s:DateTime64(6)}", "{e:DateTime64(6)}")
+        return left_out.resolved(read, self._client.arrow(sql, {"s": read.window.start, "e": read.window.end}))
 
     def firing_alerts(self) -> pa.Table:
         return self._client.arrow(

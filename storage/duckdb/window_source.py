@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from model.columns import ENGINE_FLEET, ENGINE_REPLICA
+from storage import left_out
 from storage.grouping_sets import grouping_sql
 from storage.ports import Aggregate, FrameBudget, Measure, Requests, RequestSummary, Scores, SloCounts, Window
 from storage.quoted_names import column_name
@@ -182,14 +183,31 @@ class DuckDBWindowSource:
     def request_summary(self, read: RequestSummary) -> pa.Table:
         g = grouping_sql(read, column_name)
         grouped, names, which, sets = g.columns, g.names, g.which, g.sets
-        model, params = self._model([*grouped, *read.require, *(m.column for m in read.measures)], read.window)
+        read = self.left_out(read)
+        needed = [*grouped, *read.require, *(m.column for m in read.measures), *left_out.columns(read)]
+        model, params = self._model(needed, read.window)
+
+        def param(value: object) -> str:
+            params.append(value)
+            return "?"
+
+        where = _not_null(map(column_name, read.require))
+        leave = left_out.predicate(read.leave_out, param) if read.leave_out is not None else ""
+        if leave:
+            where = f"{where} AND {leave}" if where else f" WHERE {leave}"
         return self.arrow(
             f"SELECT {names + ', ' if grouped else ''}{which}::INTEGER AS grouping_set, "
             f"{', '.join(map(_measure, read.measures))} "
-            f"FROM {model}{_not_null(map(column_name, read.require))}"
-            + (f" GROUP BY GROUPING SETS ({sets})" if grouped else ""),
+            f"FROM {model}{where}" + (f" GROUP BY GROUPING SETS ({sets})" if grouped else ""),
             params,
         )
+
+    def left_out(self, read: RequestSummary) -> RequestSummary:
+        """The read with the breached windows it leaves out read from their detector's figures."""
+        if read.leave_out is None or read.leave_out.ranges is not None:
+            return read
+        sql = left_out.breached_sql(read.leave_out, "?::TIMESTAMP", "?::TIMESTAMP")
+        return left_out.resolved(read, self.arrow(sql, [read.window.end, read.window.start]))
 
     def firing_alerts(self) -> pa.Table:
         return self.arrow(

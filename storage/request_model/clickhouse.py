@@ -14,10 +14,12 @@ the scores') and reads joining live engine metrics still run the DuckDB definiti
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from fractions import Fraction
 
 import pyarrow as pa
 
+from storage import left_out
 from storage.grouping_sets import grouping_sql
 from storage.ports import Aggregate, Measure, RequestSummary
 from storage.quoted_names import column_name as checked
@@ -176,12 +178,23 @@ def interpolate(table: pa.Table, measures: Iterable[Measure]) -> pa.Table:
     return table
 
 
-def summary_sql(read: RequestSummary) -> str:
-    """The summary with DuckDB's semantics: counts, means and quantile_cont quantiles per grouping set."""
+def summary_sql(read: RequestSummary, params: dict[str, object]) -> str:
+    """The summary with DuckDB's semantics: counts, means and quantile_cont quantiles per grouping set; the
+    values of the requests it leaves out are added to `params`."""
     g = grouping_sql(read, checked)
     grouped, names, sets = g.columns, g.names, g.sets
     used = [*grouped, *read.require, *(m.column for m in read.measures if m.column is not None)]
-    where = " AND ".join(f"{checked(c)} IS NOT NULL" for c in read.require)
+    used += left_out.columns(read)
+
+    def param(value: object) -> str:
+        name = f"left_out_{len(params)}"
+        params[name] = value
+        return f"{{{name}:{'DateTime64(6)' if isinstance(value, datetime) else 'String'}}}"
+
+    where = " AND ".join(
+        [f"{checked(c)} IS NOT NULL" for c in read.require]
+        + ([p] if read.leave_out is not None and (p := left_out.predicate(read.leave_out, param)) else [])
+    )
     inner = (
         f"SELECT {names + ', ' if grouped else ''}toInt32({g.which}) AS grouping_set, "
         f"{', '.join(map(_aggregate, read.measures))} FROM {settled_requests_sql(used)} AS m"
