@@ -556,6 +556,17 @@ class DetectorHealth:
 TRACE_ENGINE_MARGIN = timedelta(minutes=1)
 
 
+@dataclass(frozen=True)
+class Figures:
+    """A detector's figures over a range (storage/figure_shape.py): `table`, the rows, oldest first; `stride`,
+    every how many windows were kept counting back from the newest (1: all); `truncated`, rows of the range
+    are missing (a stride above 1, or the cap cut the oldest)."""
+
+    table: pa.Table
+    stride: int
+    truncated: bool
+
+
 class ConsoleQueries(Protocol):
     """What the console reads besides alerts and clusters: detector figures over time, detector health and
     one trace with everything known about it."""
@@ -570,10 +581,11 @@ class ConsoleQueries(Protocol):
         columns: Sequence[str] = (),
         where: Mapping[str, str] | None = None,
         distinct: bool = False,
-    ) -> pa.Table:
+    ) -> Figures:
         """The figures `detector` stored for the windows ending in (since, until], oldest first; only `columns`
         (default all but evaluated_at, and then sorted by them), only rows whose columns equal `where`'s
-        values, each row once with `distinct`. An unknown detector is a KeyError, an unknown column a
+        values, each row once with `distinct`. At most `limit` rows: past it, every stride-th window counting
+        back from the newest, then the oldest rows cut. An unknown detector is a KeyError, an unknown column a
         ValueError."""
         ...
 

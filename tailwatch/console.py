@@ -171,7 +171,7 @@ def add_console(
         distinct = args["distinct"]
         try:
             since, until = _range(args)
-            table = await asyncio.to_thread(
+            shaped = await asyncio.to_thread(
                 queries.figures, detector, since, until, limit=limit, columns=columns, where=where, distinct=distinct
             )
         except QueryError as exc:
@@ -189,8 +189,10 @@ def add_console(
                 "from": since,
                 "to": until,
                 "config": config,
-                "rows": result_formats.records(table),
-                "truncated": table.num_rows >= limit,
+                "rows": result_formats.records(shaped.table),
+                # Past the limit, every stride-th window from the newest; truncated: rows of the range are missing.
+                "stride": shaped.stride,
+                "truncated": shaped.truncated,
             }
         )
 

@@ -214,7 +214,7 @@ SCHEMAS: Json = {
     },
     "Figures": {
         "type": "object",
-        "required": ["detector", "from", "to", "rows", "truncated"],
+        "required": ["detector", "from", "to", "rows", "stride", "truncated"],
         "properties": {
             "detector": {"type": "string"},
             "from": TIME,
@@ -229,7 +229,17 @@ SCHEMAS: Json = {
                 "items": {"type": "object"},
                 "description": "Rows of the detector's table (docs/detectors.md) without `evaluated_at`, oldest first.",
             },
-            "truncated": {"type": "boolean", "description": "`true` when `limit` cut the rows."},
+            "stride": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Past `limit`, every how many windows were kept, counting back from the newest (which "
+                "is always in): the whole range at a coarser grain. 1: every window.",
+            },
+            "truncated": {
+                "type": "boolean",
+                "description": "`true` when rows of the range are missing: a stride above 1, or the oldest rows cut "
+                "by `limit`.",
+            },
         },
     },
     "ServiceStatus": {

@@ -536,7 +536,7 @@ def test_a_simulated_fleet_gives_the_same_figures_and_alerts_on_duckdb_and_click
             console = storage.console_queries
             series = console.figures("token_latency", end - timedelta(hours=3), at, limit=1000, columns=("window_end",
                                      "model", "tpot_p99"))  # fmt: skip
-            figures[backend]["console_series"] = pl.DataFrame(series)
+            figures[backend]["console_series"] = pl.DataFrame(series.table)
             trace_id = (
                 analyst.run("SELECT min(trace_id) AS t FROM spans WHERE name = 'llm_request'", max_rows=1)
                 .table.column(0)[0]

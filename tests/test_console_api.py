@@ -80,10 +80,37 @@ def test_figures_are_the_stored_rows_of_the_windows_ending_in_the_range(service:
     assert "evaluated_at" not in body["rows"][0]
     # The detector's thresholds come along, so a page can draw them.
     assert body["config"]["ratio_threshold"] == 2.0
-    status, body = get_json(
-        service, "/v1/figures/token_latency?from=2026-11-20T00:00:00Z&to=2026-11-21T00:00:00Z&limit=3"
-    )
-    assert [r["tpot_p99"] for r in body["rows"]] == [10.0, 11.0, 12.0] and body["truncated"] is True
+    assert body["stride"] == 1
+
+
+def test_past_the_limit_every_stride_th_window_is_kept_counting_back_from_the_newest(service: RunningService) -> None:
+    persist_windows(service, [T + timedelta(minutes=5 * i) for i in range(4)])
+    day = "from=2026-11-20T00:00:00Z&to=2026-11-21T00:00:00Z"
+    # Four windows, three rows allowed: every second window, the newest (13.0) first among them.
+    body = get_json(service, f"/v1/figures/token_latency?{day}&limit=3")[1]
+    assert ([r["tpot_p99"] for r in body["rows"]], body["stride"], body["truncated"]) == ([11.0, 13.0], 2, True)
+    body = get_json(service, f"/v1/figures/token_latency?{day}&limit=4")[1]
+    assert ([r["tpot_p99"] for r in body["rows"]], body["stride"], body["truncated"]) == ([10.0, 11.0, 12.0, 13.0], 1,
+                                                                                           False)  # fmt: skip
+    # Not a time series (no window_end asked for): the cap cuts what sorts first, and says so.
+    body = get_json(service, f"/v1/figures/token_latency?{day}&limit=2&columns=tpot_p99")[1]
+    assert ([r["tpot_p99"] for r in body["rows"]], body["stride"], body["truncated"]) == ([12.0, 13.0], 1, True)
+
+
+def test_a_week_of_windows_under_a_small_limit_is_drawn_whole_with_its_newest_window(service: RunningService) -> None:
+    """Read oldest first under the cap, a 7-day range used to end early, silently: its newest windows lost."""
+    ends = [T + timedelta(minutes=5 * i) for i in range(7 * 288)]
+    store = service.service.storage.detector_store
+    frames = [token_latency_rows(end, float(i)) for i, end in enumerate(ends)]
+    window = Window(ends[0] - timedelta(minutes=5), ends[-1])
+    run = RunRecord("token_latency", ends[-1], window, "ok", 0.1, rows=len(ends), conditions=0)
+    store.persist(EvaluationRecord(run, {"token_latency": pl.concat(frames)}))
+    week = f"from={ends[0] - timedelta(minutes=1):%Y-%m-%dT%H:%M:%SZ}&to={ends[-1]:%Y-%m-%dT%H:%M:%SZ}"
+    body = get_json(service, f"/v1/figures/token_latency?{week}&limit=200")[1]
+    got = [r["window_end"] for r in body["rows"]]
+    assert body["stride"] == 11 and body["truncated"] is True and len(got) <= 200
+    assert got[-1] == f"{ends[-1]:%Y-%m-%dT%H:%M:%S}Z" and got == sorted(got)
+    assert got[0] <= f"{ends[10]:%Y-%m-%dT%H:%M:%S}Z"  # the whole week, at a coarser grain
 
 
 def test_figures_narrow_to_chosen_columns_distinct_rows_and_matching_groups(service: RunningService) -> None:

@@ -683,3 +683,25 @@ def test_incidents_are_built_from_the_stored_evidence_kept_in_place_and_listed_n
     assert over.updated_at == later  # its last alert's resolution
     assert empty.incident_store.incidents(since=later - timedelta(seconds=1)).num_rows == 1
     assert empty.incident_store.incidents(since=later).num_rows == 0
+
+
+def test_figures_past_the_limit_keep_every_stride_th_window_back_from_the_newest_oldest_first(empty: Storage) -> None:
+    rows = pl.DataFrame(
+        [{"window_start": T0 + timedelta(minutes=m - 1), "window_end": T0 + timedelta(minutes=m), "model": model,
+          "deployment": "vllm-a", "tenant_id": None, "grouping": "model", "n": 100, "breached": False}
+         for m in range(1, 11) for model in MODELS]
+    )  # fmt: skip
+    run = RunRecord("token_latency", T0 + timedelta(minutes=10), Window(T0, T0 + timedelta(minutes=10)), "ok", 0.1)
+    empty.detector_store.persist(EvaluationRecord(run, {"token_latency": rows}))
+    since, until = T0, T0 + timedelta(minutes=10)
+    whole = empty.console_queries.figures("token_latency", since, until, limit=20, columns=("window_end", "model"))
+    assert (whole.table.num_rows, whole.stride, whole.truncated) == (20, 1, False)
+    shaped = empty.console_queries.figures("token_latency", since, until, limit=7, columns=("window_end", "model"))
+    # 20 rows, 7 allowed: every third window back from the newest (minutes 10, 7, 4, 1), both models in each;
+    # 8 rows still exceed the cap, so the oldest one goes.
+    assert shaped.stride == 3 and shaped.truncated
+    assert shaped.table.to_pylist() == [
+        {"window_end": T0 + timedelta(minutes=m), "model": model}
+        for m, model in [(1, "qwen"), (4, "llama"), (4, "qwen"), (7, "llama"), (7, "qwen"), (10, "llama"),
+                         (10, "qwen")]
+    ]  # fmt: skip

@@ -12,13 +12,14 @@ from datetime import datetime, timedelta
 
 import pyarrow as pa
 
-from storage import left_out
+from storage import figure_shape, left_out
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.evaluator import Evaluator, Needs, needs_engine, span_columns
 from storage.clickhouse.schema import LAYOUTS, Column
 from storage.ports import (
     TRACE_ENGINE_MARGIN,
     DetectorHealth,
+    Figures,
     FrameBudget,
     Requests,
     RequestSummary,
@@ -163,7 +164,7 @@ class ClickHouseConsoleQueries:
         columns: Sequence[str] = (),
         where: Mapping[str, str] | None = None,
         distinct: bool = False,
-    ) -> pa.Table:
+    ) -> Figures:
         if detector not in self._figures:
             raise KeyError(f"no figures for {detector!r}; known: {', '.join(sorted(self._figures))}")
         known = self._figures[detector]
@@ -171,18 +172,31 @@ class ClickHouseConsoleQueries:
         if unknown:
             raise ValueError(f"{detector} has no column {unknown[0]!r}; its columns: {', '.join(known)}")
         chosen = ", ".join(f"`{c}`" for c in columns or known)
+        select = f"SELECT {'DISTINCT ' if distinct else ''}{chosen}"
         params: dict[str, object] = {"since": since, "until": until, "limit": int(limit)}
         filters = ""
         for i, (c, value) in enumerate((where or {}).items()):
             filters += f" AND toString(`{c}`) = {{w{i}:String}}"
             params[f"w{i}"] = value
-        order = ", ".join(f"`{c}`" for c in columns) if columns else "window_end, window_start"
-        return self._client.arrow(
-            f"SELECT {'DISTINCT ' if distinct else ''}{chosen} FROM `{detector}` "
-            f"WHERE window_end > {{since:DateTime64(6)}} AND window_end <= {{until:DateTime64(6)}}{filters} "
-            f"ORDER BY {order} LIMIT {{limit:UInt64}}",
-            params,
+        in_range = (
+            f"FROM `{detector}` WHERE window_end > {{since:DateTime64(6)}} AND window_end <= {{until:DateTime64(6)}}"
+            f"{filters}"
         )
+        rows = int(self._client.arrow(f"SELECT count() FROM ({select} {in_range})", params).column(0)[0].as_py())
+        step = figure_shape.stride(rows, limit)
+        if step > 1 and "window_end" in (columns or known):  # a time series: every step-th window, the newest in
+            in_range += (
+                f" AND window_end IN (SELECT window_end FROM (SELECT window_end, row_number() OVER "
+                f"(ORDER BY window_end DESC) - 1 AS back FROM (SELECT DISTINCT window_end {in_range})) "
+                f"WHERE back % {step} = 0)"
+            )
+        else:
+            step = 1
+        # Newest first, so a cap cuts the oldest; DuckDB's order (NULLs last, oldest first) once reversed.
+        ordered = columns or ("window_end", "window_start")
+        order = ", ".join(f"`{c}` DESC NULLS FIRST" for c in ordered)
+        table = self._client.arrow(f"{select} {in_range} ORDER BY {order} LIMIT {{limit:UInt64}}", params)
+        return Figures(figure_shape.oldest_first(table), step, step > 1 or table.num_rows < rows)
 
     def detector_health(self, as_of: datetime) -> list[DetectorHealth]:
         rows = self._client.arrow(

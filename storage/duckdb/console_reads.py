@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 
 import pyarrow as pa
 
+from storage import figure_shape
 from storage.duckdb.window_source import DuckDBWindowSource
-from storage.ports import TRACE_ENGINE_MARGIN, DetectorHealth, Window
+from storage.ports import TRACE_ENGINE_MARGIN, DetectorHealth, Figures, Window
 
 # Wide JSON the request view does not show; the analyst SQL has them.
 _SPAN_COLUMNS = "* EXCLUDE (resource, events, links, ingested_at)"
@@ -45,7 +46,7 @@ class DuckDBConsoleQueries:
         columns: Sequence[str] = (),
         where: Mapping[str, str] | None = None,
         distinct: bool = False,
-    ) -> pa.Table:
+    ) -> Figures:
         tables = self._figure_tables()
         if detector not in tables:
             raise KeyError(f"no figures for {detector!r}; known: {', '.join(sorted(tables))}")
@@ -54,14 +55,26 @@ class DuckDBConsoleQueries:
         if unknown:
             raise ValueError(f"{detector} has no column {unknown[0]!r}; its columns: {', '.join(known)}")
         chosen = ", ".join(f'"{c}"' for c in columns or known)
+        select = f"SELECT {'DISTINCT ' if distinct else ''}{chosen}"
         filters = "".join(f' AND "{c}"::VARCHAR = ?' for c in where or {})
-        # Chosen columns sort by themselves in the order given (window_end first gives a time series).
-        order = "ALL" if columns else "window_end, window_start"
-        return self._source.arrow(
-            f'SELECT {"DISTINCT " if distinct else ""}{chosen} FROM "{detector}" '
-            f"WHERE window_end > ? AND window_end <= ?{filters} ORDER BY {order} LIMIT ?",
-            [since, until, *(where or {}).values(), int(limit)],
-        )
+        in_range = f'FROM "{detector}" WHERE window_end > ? AND window_end <= ?{filters}'
+        params = [since, until, *(where or {}).values()]
+        rows = int(self._source.arrow(f"SELECT count(*) FROM ({select} {in_range})", params).column(0)[0].as_py())
+        step = figure_shape.stride(rows, limit)
+        if step > 1 and "window_end" in (columns or known):  # a time series: every step-th window, the newest in
+            in_range += (
+                f" AND window_end IN (SELECT window_end FROM (SELECT window_end, row_number() OVER "
+                f"(ORDER BY window_end DESC) - 1 AS back FROM (SELECT DISTINCT window_end {in_range})) "
+                f"WHERE back % {step} = 0)"
+            )
+            params = [*params, *params]
+        else:
+            step = 1
+        # Chosen columns sort by themselves in the order given (window_end first gives a time series); read
+        # newest first, so a cap cuts the oldest.
+        order = "ALL DESC NULLS FIRST" if columns else "window_end DESC NULLS FIRST, window_start DESC NULLS FIRST"
+        table = self._source.arrow(f"{select} {in_range} ORDER BY {order} LIMIT ?", [*params, int(limit)])
+        return Figures(figure_shape.oldest_first(table), step, step > 1 or table.num_rows < rows)
 
     def detector_health(self, as_of: datetime) -> list[DetectorHealth]:
         rows = self._source.arrow(

@@ -52,9 +52,29 @@ async function api(path) {
   return body;
 }
 
+// What this render's figures left out: past its limit the server keeps every stride-th window counting back
+// from the newest (so a long range is drawn whole, at a coarser grain) and cuts the oldest rows beyond that.
+// The page says so above its charts rather than ending a range early without a word.
+let capped = [];
+
 // A detector's figures over a range; `query` narrows them on the server (columns, distinct, column=value).
-const figures = (detector, from, to, query = {}) =>
-  api(`/v1/figures/${detector}?${new URLSearchParams({ from: iso(from), to: iso(to), ...query })}`);
+async function figures(detector, from, to, query = {}) {
+  const body = await api(`/v1/figures/${detector}?${new URLSearchParams({ from: iso(from), to: iso(to), ...query })}`);
+  if (body.truncated) capped.push({ detector, stride: body.stride, rows: body.rows.length });
+  return body;
+}
+
+function cappedNote(notes) {
+  if (!notes.length) return null;
+  const said = new Map();
+  for (const n of notes) {
+    said.set(n.detector, n.stride > 1
+      ? `${n.detector}: every ${n.stride}th window`
+      : `${n.detector}: the newest ${n.rows} rows`);
+  }
+  return h('p', { class: 'notice', role: 'status', id: 'capped' },
+    `This range holds more figures than a chart draws, so it is shown at a coarser grain (newest window included): ${[...said.values()].join('; ')}. Narrow the range for every window.`);
+}
 
 // ---- small DOM helpers -------------------------------------------------------------------------
 
@@ -577,6 +597,7 @@ const VIEWS = { overview, incident, tokens, tenants, curves, request };
 
 async function render() {
   const mine = ++generation;
+  const notes = capped = [];
   const { view: name, params } = state();
   const r = range(params);
   syncControls(params, r);
@@ -597,7 +618,8 @@ async function render() {
     nodes = [h('p', { class: 'error', role: 'alert' }, `Could not load this view: ${e.message}`)];
   }
   if (mine !== generation) return; // a newer render started meanwhile
-  view.replaceChildren(h('p', { class: 'muted range' }, `${utc(r.from)} – ${utc(r.to)} UTC`), ...nodes);
+  view.replaceChildren(h('p', { class: 'muted range' }, `${utc(r.from)} – ${utc(r.to)} UTC`),
+    ...[cappedNote(notes)].filter(Boolean), ...nodes);
   document.getElementById('updated').textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC`;
   document.body.dataset.view = name;
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
