@@ -686,22 +686,24 @@ def test_incidents_are_built_from_the_stored_evidence_kept_in_place_and_listed_n
 
 
 def test_figures_past_the_limit_keep_every_stride_th_window_back_from_the_newest_oldest_first(empty: Storage) -> None:
+    # Eleven one-minute windows, two rows each: a model's (no tenant) and a tenant's.
     rows = pl.DataFrame(
-        [{"window_start": T0 + timedelta(minutes=m - 1), "window_end": T0 + timedelta(minutes=m), "model": model,
-          "deployment": "vllm-a", "tenant_id": None, "grouping": "model", "n": 100, "breached": False}
-         for m in range(1, 11) for model in MODELS]
+        [{"window_start": T0 + timedelta(minutes=m - 1), "window_end": T0 + timedelta(minutes=m), "model": "llama",
+          "deployment": "vllm-a", "tenant_id": tenant, "grouping": "model" if tenant is None else "tenant", "n": 100,
+          "breached": False}
+         for m in range(1, 12) for tenant in (None, "acme")]
     )  # fmt: skip
-    run = RunRecord("token_latency", T0 + timedelta(minutes=10), Window(T0, T0 + timedelta(minutes=10)), "ok", 0.1)
+    run = RunRecord("token_latency", T0 + timedelta(minutes=11), Window(T0, T0 + timedelta(minutes=11)), "ok", 0.1)
     empty.detector_store.persist(EvaluationRecord(run, {"token_latency": rows}))
-    since, until = T0, T0 + timedelta(minutes=10)
-    whole = empty.console_queries.figures("token_latency", since, until, limit=20, columns=("window_end", "model"))
-    assert (whole.table.num_rows, whole.stride, whole.truncated) == (20, 1, False)
-    shaped = empty.console_queries.figures("token_latency", since, until, limit=7, columns=("window_end", "model"))
-    # 20 rows, 7 allowed: every third window back from the newest (minutes 10, 7, 4, 1), both models in each;
-    # 8 rows still exceed the cap, so the oldest one goes.
-    assert shaped.stride == 3 and shaped.truncated
-    assert shaped.table.to_pylist() == [
-        {"window_end": T0 + timedelta(minutes=m), "model": model}
-        for m, model in [(1, "qwen"), (4, "llama"), (4, "qwen"), (7, "llama"), (7, "qwen"), (10, "llama"),
-                         (10, "qwen")]
-    ]  # fmt: skip
+    since, until, columns = T0, T0 + timedelta(minutes=11), ("window_end", "tenant_id")
+
+    def read(limit: int) -> tuple[list[tuple[int, str | None]], int, bool]:
+        got = empty.console_queries.figures("token_latency", since, until, limit=limit, columns=columns)
+        minutes = [(int((r["window_end"] - T0).total_seconds() // 60), r["tenant_id"]) for r in got.table.to_pylist()]
+        return minutes, got.stride, got.truncated
+
+    assert read(22) == ([(m, t) for m in range(1, 12) for t in ("acme", None)], 1, False)
+    # 22 rows, 7 allowed: every fourth window back from the newest, sorted by the columns, NULLs last.
+    assert read(7) == ([(3, "acme"), (3, None), (7, "acme"), (7, None), (11, "acme"), (11, None)], 4, True)
+    # 5 allowed: every fifth window (11, 6, 1); six rows still exceed the cap, so the oldest goes.
+    assert read(5) == ([(1, None), (6, "acme"), (6, None), (11, "acme"), (11, None)], 5, True)

@@ -196,7 +196,7 @@ class ClickHouseConsoleQueries:
         ordered = columns or ("window_end", "window_start")
         order = ", ".join(f"`{c}` DESC NULLS FIRST" for c in ordered)
         table = self._client.arrow(f"{select} {in_range} ORDER BY {order} LIMIT {{limit:UInt64}}", params)
-        return Figures(figure_shape.oldest_first(table), step, step > 1 or table.num_rows < rows)
+        return Figures(figure_shape.oldest_first(table), step, table.num_rows < rows)
 
     def detector_health(self, as_of: datetime) -> list[DetectorHealth]:
         rows = self._client.arrow(

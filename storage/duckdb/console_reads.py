@@ -74,7 +74,7 @@ class DuckDBConsoleQueries:
         # newest first, so a cap cuts the oldest.
         order = "ALL DESC NULLS FIRST" if columns else "window_end DESC NULLS FIRST, window_start DESC NULLS FIRST"
         table = self._source.arrow(f"{select} {in_range} ORDER BY {order} LIMIT ?", [*params, int(limit)])
-        return Figures(figure_shape.oldest_first(table), step, step > 1 or table.num_rows < rows)
+        return Figures(figure_shape.oldest_first(table), step, table.num_rows < rows)
 
     def detector_health(self, as_of: datetime) -> list[DetectorHealth]:
         rows = self._source.arrow(
