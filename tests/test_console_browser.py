@@ -14,11 +14,12 @@ import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import polars as pl
 import pytest
 from conftest import RunningService, service_settings
 from console_seed import EARLY_BEFORE, fault_end, seed
@@ -26,6 +27,7 @@ from receivers import TEST_EXTRA, import_or_skip, require_or_skip
 
 from detectors.registry import REGISTRY
 from simulator import simulate
+from storage.ports import EvaluationRecord, RunRecord, Window
 
 # Slow: a real headless Chromium per page; CI and `scripts/test --all` run it.
 pytestmark = pytest.mark.slow
@@ -180,7 +182,7 @@ def test_the_overview_leads_with_the_open_incidents_and_a_timeline_of_the_range(
     assert api_open, "the planted faults opened no incident"
     cards = page.eval_on_selector_all("#incidents .incident-card", "cs => cs.map(c => c.dataset.incident)")
     assert sorted(cards) == sorted(i["incident_id"] for i in api_open)
-    # The first thing on the page is the open incidents, the gravest first.
+    # Under the picture of the range (test_at_1280_by_800_...), the open incidents, the gravest first.
     first = page.eval_on_selector("main section h2", "h => h.innerText")
     assert first == f"Open incidents ({len(api_open)})"
     titles = page.eval_on_selector_all("#incidents h3 a", "as => as.map(a => a.innerText)")
@@ -411,3 +413,173 @@ def test_every_timeline_marks_the_fleets_changes_and_an_incident_page_shows_its_
     assert sorted(first_two) == [["quantization", "int4"], ["service.version", "1.5.0"]]
     assert console.errors == [], console.errors
     console.close()
+
+
+# --- legible at a glance ------------------------------------------------------------------------------------
+
+# Rendered size of each chart text: its font size in the SVG's units times the SVG's scale on the page.
+RENDERED_TEXT = """svgs => svgs.flatMap(svg => {
+  const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+  return [...svg.querySelectorAll('text')].filter(t => t.textContent)
+    .map(t => [svg.dataset.chart, t.textContent, parseFloat(getComputedStyle(t).fontSize) * scale]);
+})"""
+
+# Pairs of boxes that overlap: (a's text, b's text) for a in `first`, b in `second` of the same chart.
+OVERLAPS = """([svgs, first, second]) => svgs.flatMap(svg => {
+  const box = e => e.getBoundingClientRect();
+  const hit = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const bs = [...svg.querySelectorAll(second)];
+  return [...svg.querySelectorAll(first)].flatMap(a => bs.filter(b => b !== a && hit(box(a), box(b)))
+    .map(b => [svg.dataset.chart, a.textContent, b.textContent || b.dataset.series]));
+})"""
+
+
+@pytest.mark.parametrize("view", ["overview", "tokens", "tenants", "curves"])
+def test_chart_text_renders_at_11_px_or_more_and_a_unit_stays_clear_of_the_ticks(console: Console, view: str) -> None:
+    # Reached from another page, as a person moves through the console: no load or resize of the window helps.
+    page = console.open("curves" if view == "overview" else "overview")
+    page = console.after(lambda: page.click(f"nav a[data-view='{view}']"))
+    console.shot(f"legible-{view}")
+    sizes = page.eval_on_selector_all("svg[data-chart]", RENDERED_TEXT)
+    assert sizes, "no chart text on the page"
+    small = [(chart, text, round(px, 1)) for chart, text, px in sizes if px < 11 - 0.05]
+    assert small == [], small
+    overlaps = page.eval_on_selector_all("svg[data-chart]", f"svgs => ({OVERLAPS})([svgs, 'text.unit', 'text.tick'])")
+    assert overlaps == [], overlaps
+    # Nor cut off at the chart's edge: a y tick label or a heatmap row name wider than the margin lost its
+    # first characters ("15000" read ".5000").
+    clipped = page.eval_on_selector_all(
+        "svg[data-chart]",
+        """svgs => svgs.flatMap(svg => { const s = svg.getBoundingClientRect();
+             return [...svg.querySelectorAll('text.tick, text.unit')].filter(t => t.textContent)
+               .map(t => [t, t.getBoundingClientRect()])
+               .filter(([, b]) => b.left < s.left - 0.5 || b.right > s.right + 0.5)
+               .map(([t]) => [svg.dataset.chart, t.textContent]); })""",
+    )
+    assert clipped == [], clipped
+
+
+def test_a_narrowed_window_redraws_chart_text_at_its_size(console: Console) -> None:
+    page = console.open("curves")
+    page.set_viewport_size({"width": 800, "height": 900})
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('svg[data-chart]')].every(s => "
+        "Math.abs(parseFloat(s.style.getPropertyValue('--k')) - s.viewBox.baseVal.width / "
+        "s.getBoundingClientRect().width) < 0.01)",
+        timeout=10_000,
+    )
+    small = [s for s in page.eval_on_selector_all("svg[data-chart]", RENDERED_TEXT) if s[2] < 11 - 0.05]
+    assert small == [], small
+
+
+def test_a_legend_names_only_what_is_drawn_and_says_why_a_series_is_absent(console: Console) -> None:
+    page = console.open("curves")
+    legends = page.eval_on_selector_all(
+        "figure.chart",
+        """figs => figs.flatMap(f => [...f.querySelectorAll('.legend li')].map(li => [
+             f.querySelector('svg').dataset.chart, li.innerText, li.classList.contains('absent'),
+             f.querySelectorAll(`svg [data-series="${CSS.escape(li.innerText)}"]`).length]))""",
+    )
+    listed_but_not_drawn = [(c, name) for c, name, absent, drawn in legends if not absent and drawn == 0]
+    assert listed_but_not_drawn == []
+    # The seed's history is two hours: the same range a day earlier holds nothing, and the legend says so.
+    absent = {(c, name) for c, name, is_absent, _ in legends if is_absent}
+    assert ("cache-latency", "a day earlier: no figures to draw in this range") in absent
+
+
+def test_a_quantized_variant_is_drawn_against_its_baseline_and_the_baseline_not_against_itself(
+    console: Console, seeded: tuple[RunningService, datetime]
+) -> None:
+    svc, _ = seeded
+    page = console.open("curves")
+    rows = get(svc, "/v1/figures/quantization_delta")["rows"]
+    baselines = {f"{r['model']} · {r['quantization']}" for r in rows if r["quantization"] == r["baseline_quantization"]}
+    variants = {f"{r['model']} · {r['quantization']}" for r in rows} - baselines
+    assert baselines and variants
+    drawn = set(console.points("quant-latency", "variant", "rect.bar"))
+    assert drawn == variants
+    caption = page.eval_on_selector("svg[data-chart='quant-latency']", "s => s.closest('figure').innerText")
+    assert all(b in caption for b in baselines), caption
+
+
+def test_the_waterfall_has_a_time_axis_and_no_label_printed_over_a_bar(console: Console) -> None:
+    page = console.open("overview")
+    page = console.after(page.locator("#clusters a.trace").first.click)
+    ticks = page.eval_on_selector_all("svg[data-chart='spans'] text.tick", "ts => ts.map(t => t.textContent)")
+    assert ticks[0] == "+0 ms" and len(ticks) >= 3 and all(t.startswith("+") and t.endswith(" ms") for t in ticks)
+    overlaps = page.eval_on_selector_all(
+        "svg[data-chart='spans']", f"svgs => ({OVERLAPS})([svgs, 'text.label', 'rect.span'])"
+    )
+    assert overlaps == [], overlaps
+    assert page.eval_on_selector_all("svg[data-chart='spans']", RENDERED_TEXT)
+
+
+def test_at_1280_by_800_the_overview_shows_the_range_picture_then_the_incidents_without_scrolling(
+    browser: Any, seeded: tuple[RunningService, datetime]
+) -> None:
+    c = Console(browser, seeded[0].api_url)
+    try:
+        c.page.set_viewport_size({"width": 1280, "height": 800})
+        page = c.open("overview", shot="overview-1280x800")
+        box = lambda selector: page.eval_on_selector(  # noqa: E731
+            selector, "e => { const b = e.getBoundingClientRect(); return [b.top, b.bottom]; }"
+        )
+        timeline, p99, rate, incidents = (box(s) for s in ("svg[data-chart='timeline']", "svg[data-chart='fleet-p99']",
+                                                            "svg[data-chart='fleet-rate']", "#incidents"))  # fmt: skip
+        assert timeline[1] <= p99[0] and p99[1] <= incidents[0]  # the picture first, the incidents under it
+        assert max(timeline[1], p99[1], rate[1]) <= 800 and incidents[0] < 800, (timeline, p99, rate, incidents)
+        assert c.errors == []
+    finally:
+        c.close()
+
+
+# --- a long range is drawn whole --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def a_week(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningService, list[datetime]]]:
+    """A service holding a week of token_latency windows for one group, one of them breaching mid-week."""
+    now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
+    last = now.replace(minute=now.minute - now.minute % 5) - timedelta(minutes=5)
+    ends = [last - timedelta(minutes=5 * i) for i in range(7 * 288 - 12)][::-1]
+    breach = len(ends) - 1 - 1001  # an odd count back from the newest: a window one in two leaves out
+    rows = pl.DataFrame(
+        {
+            "window_start": [e - timedelta(minutes=5) for e in ends], "window_end": ends,
+            "model": ["llama"] * len(ends), "deployment": ["vllm-a"] * len(ends), "tenant_id": [None] * len(ends),
+            "grouping": ["model"] * len(ends), "n": [300] * len(ends),
+            "tpot_p99": [90.0 if i == breach else 20.0 + i % 7 for i in range(len(ends))],
+            "tpot_p50": [12.0] * len(ends), "baseline_p99": [25.0] * len(ends),
+            "ratio": [3.6 if i == breach else 1.0 for i in range(len(ends))],
+            "breached": [i == breach for i in range(len(ends))],
+            "reason": ["prefill_burst" if i == breach else None for i in range(len(ends))],
+        },
+        schema_overrides={"tenant_id": pl.String, "reason": pl.String},
+    )  # fmt: skip
+    db = tmp_path_factory.mktemp("week") / "tailwatch.duckdb"
+    with RunningService(service_settings(db, **NO_SCHEDULE)) as svc:
+        run = RunRecord("token_latency", ends[-1], Window(ends[0] - timedelta(minutes=5), ends[-1]), "ok", 0.1)
+        svc.service.storage.detector_store.persist(EvaluationRecord(run, {"token_latency": rows}))
+        yield svc, [ends[breach], ends[-1]]
+
+
+def test_a_week_is_drawn_to_its_newest_window_with_every_breach_and_the_page_says_it_was_thinned(
+    browser: Any, a_week: tuple[RunningService, list[datetime]]
+) -> None:
+    svc, (breach, newest) = a_week
+    c = Console(browser, svc.api_url)
+    try:
+        page = c.open("tokens?range=7d", shot="tokens-week")
+        drawn = sorted(c.points("tpot", "tpot p99"))
+        assert drawn[-1] == f"{newest:%Y-%m-%dT%H:%M:%S}.000Z"  # the newest window, not the week's first half
+        assert 1000 <= len(drawn) <= 1500  # one window in two of ~2,000: what the chart can draw
+        note = page.eval_on_selector("#capped", "p => p.innerText")
+        assert "token_latency: one window in 2" in note
+        marks = page.eval_on_selector_all("svg[data-chart='tpot'] g.mark", "gs => gs.map(g => g.dataset.x)")
+        # A breach the thinned series left out is still marked and listed.
+        assert f"{breach:%Y-%m-%dT%H:%M:%S}.000Z" not in drawn
+        assert f"{breach:%Y-%m-%dT%H:%M:%S}.000Z" in marks
+        rows = page.eval_on_selector_all("#breaches tbody tr", "rs => rs.length")
+        assert rows == 1 and c.errors == []
+    finally:
+        c.close()

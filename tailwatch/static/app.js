@@ -1,6 +1,6 @@
 // The console: each view fetches the JSON API and draws it. The URL fragment holds the view, the range and the
 // view's selections (#/tokens?range=6h&group=...), so a link opens exactly what its sender saw.
-import { barChart, fmt, heatmap, lanes, shareTimeline, timeChart, utc, waterfall } from './charts.js';
+import { barChart, fitText, fmt, heatmap, lanes, shareTimeline, timeChart, utc, waterfall } from './charts.js';
 
 const RANGES = { '15m': 9e5, '1h': 36e5, '6h': 216e5, '24h': 864e5, '7d': 6048e5 };
 const DAY = 864e5;
@@ -69,7 +69,7 @@ function cappedNote(notes) {
   const said = new Map();
   for (const n of notes) {
     said.set(n.detector, n.stride > 1
-      ? `${n.detector}: every ${n.stride}th window`
+      ? `${n.detector}: one window in ${n.stride}`
       : `${n.detector}: the newest ${n.rows} rows`);
   }
   return h('p', { class: 'notice', role: 'status', id: 'capped' },
@@ -169,12 +169,19 @@ async function changeMarks(r) {
 }
 
 // Incidents and alerts as bars over the range: what began when, and what overlapped; the changes as marks.
-function timeline(name, caption, r, incidents, alerts, clusters = [], marks = []) {
+// `byDetector`: one lane per detector for its alerts (the overview, read at a glance), else one per alert.
+function timeline(name, caption, r, incidents, alerts, clusters = [], marks = [], { byDetector = false } = {}) {
+  const perDetector = new Map();
+  for (const a of alerts) perDetector.set(a.detector, (perDetector.get(a.detector) || 0) + 1);
+  const laneOf = (a) => byDetector
+    ? `${a.detector} (${perDetector.get(a.detector)} alert${perDetector.get(a.detector) === 1 ? '' : 's'})`
+    : `${a.detector} ${labelText(a.labels)}`;
   const bars = [
     ...incidents.map((i) => ({ id: i.incident_id, lane: `incident: ${i.title}`, start: t(i.started_at),
       end: i.resolved_at ? t(i.resolved_at) : null, label: i.title, kind: 'incident', severity: i.severity })),
-    ...alerts.map((a) => ({ id: a.alert_id, lane: `${a.detector} ${labelText(a.labels)}`, start: t(a.started_at),
-      end: a.resolved_at ? t(a.resolved_at) : null, label: a.summary, kind: 'alert', severity: a.severity })),
+    ...alerts.map((a) => ({ id: a.alert_id, lane: laneOf(a), start: t(a.started_at),
+      end: a.resolved_at ? t(a.resolved_at) : null, label: `${labelText(a.labels)}: ${a.summary}`, kind: 'alert',
+      severity: a.severity })),
     ...clusters.map((c) => ({ id: c.cluster_id, lane: `cluster ${labelText(c.signature)}`, start: t(c.window_start),
       end: t(c.window_end), label: c.summary, kind: 'cluster' })),
   ].filter((b) => (b.end ?? r.to) > r.from && b.start <= r.to);
@@ -293,10 +300,13 @@ async function overview(r) {
   const failing = status.detectors.filter((d) => d.last_outcome && d.last_outcome !== 'ok');
   const episodes = recent.alerts.filter((a) => (a.resolved_at ? t(a.resolved_at) : r.to) > r.from);
   return [
+    // The picture of the range first: what broke when, beside the fleet's p99 and traffic; then the incidents.
+    h('section', { id: 'picture' },
+      timeline('timeline', 'Incidents, alerts (a lane per detector) and the fleet\'s changes over the range', r,
+        incidents.incidents, episodes, [], marks, { byDetector: true }),
+      await fleetCharts(r, marks)),
     h('section', {}, h('h2', {}, `Open incidents (${open.length})`),
       open.length ? h('div', { id: 'incidents' }, open.map(incidentCard)) : h('p', { class: 'muted empty-note', id: 'incidents' }, 'No incident is open.')),
-    timeline('timeline', 'Incidents, alerts and the fleet\'s changes over the range', r, incidents.incidents, episodes, [], marks),
-    await fleetCharts(r, marks),
     h('section', {}, h('h2', {}, `Firing alerts (${firing.alerts.length})`),
       table([
         ['Severity', (a) => h('span', { class: `sev ${a.severity}` }, a.severity)],
@@ -341,6 +351,9 @@ async function overview(r) {
   ];
 }
 
+// A chart is at most ~1,200 px wide: a series of more windows than this draws nothing more, so it asks for no more.
+const SERIES_POINTS = 1500;
+
 async function tokens(r, params) {
   // A day of every tenant's windows is tens of thousands of rows: list the groups, then fetch only the chosen one.
   const listed = (await figures('token_latency', r.from, r.to, { columns: 'grouping,model,deployment,tenant_id', distinct: 'true' })).rows;
@@ -349,11 +362,15 @@ async function tokens(r, params) {
   const groups = ordered.map(groupOf);
   const group = groups.includes(params.get('group')) ? params.get('group') : groups[0];
   const chosen = ordered[groups.indexOf(group)];
-  const body = chosen
-    ? await figures('token_latency', r.from, r.to, Object.fromEntries(
-      ['grouping', 'model', 'deployment', 'tenant_id'].filter((k) => chosen[k] !== null).map((k) => [k, chosen[k]])))
-    : { rows: [], config: null };
+  const of = chosen ? Object.fromEntries(
+    ['grouping', 'model', 'deployment', 'tenant_id'].filter((k) => chosen[k] !== null).map((k) => [k, chosen[k]])) : {};
+  // The series at what the chart can draw; every breaching window in full, whatever the series keeps.
+  const [body, breached] = chosen
+    ? await Promise.all([figures('token_latency', r.from, r.to, { ...of, limit: SERIES_POINTS }),
+      figures('token_latency', r.from, r.to, { ...of, breached: 'true' })])
+    : [{ rows: [], config: null }, { rows: [] }];
   const mine = body.rows.filter((x) => groupOf(x) === group);
+  const breaches = breached.rows.filter((x) => groupOf(x) === group);
   const ratio = body.config ? body.config.ratio_threshold : 2;
   const changes = (await changeMarks(r)).filter((m) => !chosen || m.change.scope.deployment === chosen.deployment);
   const chart = timeChart('tpot', `p99 time per output token, ${group || 'no group'}: the band runs from the 24-hour baseline p99 to ${ratio}× it (the alert threshold)`, {
@@ -362,9 +379,9 @@ async function tokens(r, params) {
       { name: 'tpot p50', points: mine.map((x) => ({ t: t(x.window_end), v: x.tpot_p50 })), dash: true }],
     band: mine.filter((x) => x.baseline_p99 !== null).map((x) => ({ t: t(x.window_end), lo: x.baseline_p99, hi: x.baseline_p99 * ratio })),
     bandName: `baseline p99 to ${ratio}×`,
-    marks: [...mine.filter((x) => x.breached).map((x) => ({ t: t(x.window_end), label: x.reason || 'breach' })), ...changes],
+    marks: [...breaches.map((x) => ({ t: t(x.window_end), label: x.reason || 'breach' })), ...changes],
   });
-  const breaches = mine.filter((x) => x.breached).reverse();
+  breaches.reverse();
   return [
     h('div', { class: 'pickers' }, select('Model · deployment', groups, group, (v) => go('tokens', { group: v }))),
     chart,
@@ -481,13 +498,17 @@ async function curves(r, params) {
   barChart('replica-score', `${score} mean per replica against the rest of the fleet`, { categories: reps, series: [
     { name: 'replica', values: reps.map((p) => per(ofScore(replicas), p, 'score_mean', 'score_n')) },
     { name: 'rest of the fleet', values: reps.map((p) => per(ofScore(replicas), p, 'fleet_score_mean', 'score_n')), color: '#bab0ac' }] })));
-  const variants = [...new Set(quant.map((x) => `${x.model} · ${x.quantization}`))].sort();
+  // A baseline variant is the reference, not drawn against itself: the bars are the other variants.
+  const isBaseline = (x) => x.baseline_quantization !== null && x.quantization === x.baseline_quantization;
+  const variants = [...new Set(quant.filter((x) => !isBaseline(x)).map((x) => `${x.model} · ${x.quantization}`))].sort();
+  const baselines = [...new Set(quant.filter(isBaseline).map((x) => `${x.model} · ${x.quantization}`))].sort();
   const qv = (rows, v, field, w) => weighted(rows.filter((x) => `${x.model} · ${x.quantization}` === v), field, w);
   const qRows = perWindow(quant, (x) => `${x.model}|${x.quantization}`);
-  out.push(pair('Quantized variants against their baseline', barChart('quant-latency', 'e2e p99 per variant against its baseline variant', { categories: variants, unit: 'ms', series: [
+  const against = baselines.length ? ` (baseline: ${baselines.join(', ')})` : '';
+  out.push(pair('Quantized variants against their baseline', barChart('quant-latency', `e2e p99 per variant against its baseline variant${against}`, { categories: variants, unit: 'ms', series: [
     { name: 'variant', values: variants.map((v) => qv(qRows, v, 'latency_p99', 'n')) },
     { name: 'baseline', values: variants.map((v) => qv(qRows, v, 'baseline_latency_p99', 'baseline_n')), color: '#bab0ac' }] }),
-  barChart('quant-score', `${score} mean per variant against its baseline variant`, { categories: variants, series: [
+  barChart('quant-score', `${score} mean per variant against its baseline variant${against}`, { categories: variants, series: [
     { name: 'variant', values: variants.map((v) => qv(ofScore(quant), v, 'score_mean', 'score_n')) },
     { name: 'baseline', values: variants.map((v) => qv(ofScore(quant), v, 'baseline_score_mean', 'score_n')), color: '#bab0ac' }] })));
   const prompts = bucketSort(context.map((x) => x.prompt_bucket)), outputs = bucketSort(context.map((x) => x.output_bucket));
@@ -620,6 +641,7 @@ async function render() {
   if (mine !== generation) return; // a newer render started meanwhile
   view.replaceChildren(h('p', { class: 'muted range' }, `${utc(r.from)} – ${utc(r.to)} UTC`),
     ...[cappedNote(notes)].filter(Boolean), ...nodes);
+  fitText(view);
   document.getElementById('updated').textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC`;
   document.body.dataset.view = name;
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
@@ -651,4 +673,5 @@ document.getElementById('apply').addEventListener('click', () => {
 });
 document.getElementById('refresh').addEventListener('change', (e) => go(state().view, { refresh: e.target.value === '0' ? null : e.target.value }));
 window.addEventListener('hashchange', render);
+window.addEventListener('resize', () => fitText(view));
 render();

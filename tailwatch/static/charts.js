@@ -4,7 +4,9 @@
 const NS = 'http://www.w3.org/2000/svg';
 export const PALETTE = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7',
   '#9c755f', '#bab0ac'];
-const W = 860, H = 230, M = { l: 56, r: 12, t: 12, b: 28 };
+// The top margin holds the y axis's unit, clear of the top tick; the left one six-character tick labels at the
+// size a half-width chart scales its text to (about 1.5 times).
+const W = 860, H = 240, M = { l: 76, r: 12, t: 24, b: 28 };
 
 function svgEl(tag, attrs = {}, parent = null) {
   const e = document.createElementNS(NS, tag);
@@ -60,18 +62,36 @@ function empty(fig, svg) {
   return fig;
 }
 
+// The legend names what is drawn; a series with nothing to draw is said to be absent, not listed as if drawn.
 function legend(fig, items) {
   const ul = document.createElement('ul');
   ul.className = 'legend';
-  for (const { name, color, dash } of items) {
+  for (const { name, color, dash, absent } of items) {
     const li = document.createElement('li');
-    const sw = document.createElement('span');
-    sw.className = dash ? 'swatch dashed' : 'swatch';
-    sw.style.setProperty('--c', color);
-    li.append(sw, name);
+    if (absent) {
+      li.className = 'absent';
+      li.textContent = `${name}: no figures to draw in this range`;
+    } else {
+      const sw = document.createElement('span');
+      sw.className = dash ? 'swatch dashed' : 'swatch';
+      sw.style.setProperty('--c', color);
+      li.append(sw, name);
+    }
     ul.appendChild(li);
   }
   fig.appendChild(ul);
+}
+
+const drawn = (v) => v !== null && v !== undefined && Number.isFinite(v);
+
+// Chart text is sized in the SVG's own units, which the page scales to its width: a chart drawn at 560 px of
+// an 860-unit view would print 11-unit text at 7 px. Once a chart is on the page, its scale is set so that
+// text renders at its CSS size (at least 11 px) whatever the chart's width.
+export function fitText(root) {
+  for (const svg of root.querySelectorAll('svg[data-chart]')) {
+    const width = svg.getBoundingClientRect().width;
+    if (width > 0) svg.style.setProperty('--k', String(svg.viewBox.baseVal.width / width));
+  }
 }
 
 function timeAxis(svg, x, from, to) {
@@ -89,7 +109,8 @@ function yAxis(svg, lo, hi, unit) {
     svgEl('line', { x1: M.l, x2: W - M.r, y1: y(t), y2: y(t), class: 'grid' }, svg);
     svgEl('text', { x: M.l - 6, y: y(t) + 4, class: 'tick', 'text-anchor': 'end' }, svg).textContent = fmt(t);
   }
-  if (unit) svgEl('text', { x: 4, y: M.t + 8, class: 'unit' }, svg).textContent = unit;
+  // Above the plot and right of the axis: the tick labels are left of it, so they never meet.
+  if (unit) svgEl('text', { x: M.l + 4, y: M.t - 8, class: 'unit' }, svg).textContent = unit;
   return y;
 }
 
@@ -130,7 +151,7 @@ export function timeChart(name, caption, { series, band = null, bandName = '', m
         'data-series': s.name, 'data-x': new Date(p.t).toISOString(), 'data-v': p.v }, svg);
       title(c, `${s.name} · ${utc(p.t)} UTC · ${fmt(p.v, unit)}`);
     }
-    items.push({ name: s.name, color, dash: s.dash });
+    items.push({ name: s.name, color, dash: s.dash, absent: !pts.length });
   });
   marks.filter((m) => m.t >= from && m.t <= to).forEach((m, i) => {
     const g = svgEl('g', { class: `mark ${m.kind || ''}`, 'data-x': new Date(m.t).toISOString(), 'data-label': m.label,
@@ -164,7 +185,8 @@ export function barChart(name, caption, { categories, series, unit = '' }) {
       title(r, `${s.name} · ${c}: ${fmt(v, unit)}`);
     });
   });
-  legend(fig, series.map((s, i) => ({ name: s.name, color: s.color || PALETTE[i % PALETTE.length] })));
+  legend(fig, series.map((s, i) => ({ name: s.name, color: s.color || PALETTE[i % PALETTE.length],
+    absent: !s.values.some(drawn) })));
   return fig;
 }
 
@@ -219,7 +241,8 @@ export function shareTimeline(name, caption, { steps, names, from, to }) {
     });
   }
   timeAxis(svg, x, from, to);
-  legend(fig, names.map((n, i) => ({ name: n, color: PALETTE[i % PALETTE.length] })));
+  legend(fig, names.map((n, i) => ({ name: n, color: PALETTE[i % PALETTE.length],
+    absent: !steps.some((s) => s.shares[n]) })));
   return fig;
 }
 
@@ -227,17 +250,27 @@ export function shareTimeline(name, caption, { steps, names, from, to }) {
 export function waterfall(name, caption, spans) {
   const { fig, svg } = frame(name, caption);
   const t0 = Math.min(...spans.map((s) => s.start)), t1 = Math.max(...spans.map((s) => s.end));
-  const h = M.t + 8 + spans.length * 22;
+  const h = M.t + 8 + spans.length * 22 + M.b;
   svg.setAttribute('viewBox', `0 0 ${W} ${h}`);
-  const x = (t) => 200 + (W - 200 - M.r) * ((t - t0) / (t1 - t0 || 1));
+  // Names in a column on the left and durations in one on the right, dark on white: never printed over a bar.
+  const left = 200, right = W - 76;
+  const x = (t) => left + (right - left) * ((t - t0) / (t1 - t0 || 1));
   spans.forEach((s, i) => {
     const yy = M.t + i * 22;
-    svgEl('text', { x: 4 + s.depth * 10, y: yy + 14, class: 'tick' }, svg).textContent = s.name.slice(0, 28);
+    svgEl('text', { x: 4 + s.depth * 10, y: yy + 14, class: 'label' }, svg).textContent = s.name.slice(0, 28);
     const r = svgEl('rect', { x: x(s.start), y: yy + 3, width: Math.max(x(s.end) - x(s.start), 1.5), height: 14,
       class: s.error ? 'span err' : 'span', 'data-series': s.span_id, 'data-x': s.name, 'data-v': s.end - s.start }, svg);
     title(r, `${s.name}: ${fmt(s.end - s.start, 'ms')} from +${fmt(s.start - t0, 'ms')}`);
-    svgEl('text', { x: Math.min(x(s.end) + 4, W - 70), y: yy + 14, class: 'tick' }, svg).textContent = fmt(s.end - s.start, 'ms');
+    svgEl('text', { x: W - 4, y: yy + 14, class: 'label', 'text-anchor': 'end' }, svg).textContent = fmt(s.end - s.start, 'ms');
   });
+  // The time axis: milliseconds since the trace's first span began.
+  const axis = h - M.b + 4;
+  svgEl('line', { x1: left, x2: right, y1: axis, y2: axis, class: 'grid' }, svg);
+  for (const v of niceTicks(0, t1 - t0 || 1)) {
+    if (v > t1 - t0 + 1e-9) continue;
+    svgEl('line', { x1: x(t0 + v), x2: x(t0 + v), y1: M.t, y2: axis, class: 'grid' }, svg);
+    svgEl('text', { x: x(t0 + v), y: axis + 16, class: 'tick', 'text-anchor': 'middle' }, svg).textContent = `+${fmt(v)} ms`;
+  }
   return fig;
 }
 
@@ -251,16 +284,17 @@ export function lanes(name, caption, { bars, from, to, marks = [] }) {
     return empty(fig, svg);
   }
   const names = [...new Set(bars.map((b) => b.lane))];
-  const h = M.t + 8 + names.length * 20 + M.b;
+  const LANE = 16; // units: the page scales a full-width timeline up by about a third
+  const h = M.t + 8 + names.length * LANE + M.b;
   svg.setAttribute('viewBox', `0 0 ${W} ${h}`);
   const x = (t) => 200 + (W - 200 - M.r) * ((Math.min(Math.max(t, from), to) - from) / (to - from || 1));
   names.forEach((lane, i) => {
-    svgEl('text', { x: 4, y: M.t + i * 20 + 14, class: 'tick' }, svg).textContent = lane.length > 32 ? `${lane.slice(0, 31)}…` : lane;
+    svgEl('text', { x: 4, y: M.t + i * LANE + 12, class: 'tick' }, svg).textContent = lane.length > 32 ? `${lane.slice(0, 31)}…` : lane;
   });
   for (const b of bars) {
-    const yy = M.t + names.indexOf(b.lane) * 20;
+    const yy = M.t + names.indexOf(b.lane) * LANE;
     const end = b.end ?? to;
-    const r = svgEl('rect', { x: x(b.start), y: yy + 3, width: Math.max(x(end) - x(b.start), 2), height: 14,
+    const r = svgEl('rect', { x: x(b.start), y: yy + 2, width: Math.max(x(end) - x(b.start), 2), height: LANE - 4,
       class: `episode ${b.kind} ${b.severity || ''}`, 'data-series': b.kind, 'data-id': b.id,
       'data-x': new Date(b.start).toISOString(), 'data-v': (end - b.start) / 6e4 }, svg);
     title(r, `${b.label}: ${utc(b.start)}–${b.end ? utc(b.end).slice(11) : 'now'} UTC`);
