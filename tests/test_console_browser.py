@@ -24,9 +24,13 @@ import pytest
 from conftest import RunningService, service_settings
 from console_seed import EARLY_BEFORE, fault_end, seed
 from receivers import TEST_EXTRA, import_or_skip, require_or_skip
+from test_detector_token_latency import plant_tpot
 
+from detectors.detection import DetectionPass
 from detectors.registry import REGISTRY
+from detectors.token_latency import Config as TokenLatency
 from simulator import simulate
+from storage.duckdb.backend import DuckDBStorage
 from storage.ports import EvaluationRecord, RunRecord, Window
 
 # Slow: a real headless Chromium per page; CI and `scripts/test --all` run it.
@@ -581,5 +585,53 @@ def test_a_week_is_drawn_to_its_newest_window_with_every_breach_and_the_page_say
         assert f"{breach:%Y-%m-%dT%H:%M:%S}.000Z" in marks
         rows = page.eval_on_selector_all("#breaches tbody tr", "rs => rs.length")
         assert rows == 1 and c.errors == []
+    finally:
+        c.close()
+
+
+# --- the band after a breach --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def after_a_breach(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningService, datetime, datetime]]:
+    """A day at 15–30 ms, an hour at three times that, then two healthy hours, token_latency evaluated every five
+    minutes from the hour before the fault as the scheduler would have; then a service on the file."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    day0 = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=31)
+    fault = day0 + timedelta(hours=26)
+    db = tmp_path_factory.mktemp("breach") / "tailwatch.duckdb"
+    storage = DuckDBStorage.open(db)
+    try:
+        plant_tpot(storage, day0, 26 * 60, (15.0, 30.0))
+        plant_tpot(storage, fault, 60, (45.0, 90.0))
+        plant_tpot(storage, fault + timedelta(hours=1), 120, (15.0, 30.0))
+        detection = DetectionPass(storage.windows, storage.detector_store, {"token_latency": TokenLatency()})
+        for step in range(12 * 4 + 1):  # 25:00 to 29:00, every five minutes
+            [result] = detection.run(fault - timedelta(hours=1) + timedelta(minutes=5 * step), only=["token_latency"])
+            assert result.outcome == "ok", result.error
+    finally:
+        storage.close()
+    with RunningService(service_settings(db, **NO_SCHEDULE)) as svc:
+        yield svc, fault, fault + timedelta(hours=1)
+
+
+def test_after_a_breach_the_band_stays_at_its_level_before_it(
+    browser: Any, after_a_breach: tuple[RunningService, datetime, datetime]
+) -> None:
+    svc, fault, healed = after_a_breach
+    c = Console(browser, svc.api_url)
+    try:
+        page = c.open("tokens?range=24h", shot="tokens-after-breach")
+        band = page.eval_on_selector_all(
+            "svg[data-chart='tpot'] g.band-pt", "gs => gs.map(g => [g.dataset.x, Number(g.dataset.lo)])"
+        )
+        before = [lo for x, lo in band if x < f"{fault:%Y-%m-%dT%H:%M:%S}"]
+        after = [lo for x, lo in band if x > f"{healed + timedelta(hours=1):%Y-%m-%dT%H:%M:%S}"]
+        assert before and after
+        # The baseline the band is drawn from left the breaching hour out: it neither tripled nor moved.
+        level = min(before)
+        assert max(before) == pytest.approx(level, rel=0.01) and max(after) == pytest.approx(level, rel=0.01)
+        marks = page.eval_on_selector_all("svg[data-chart='tpot'] g.mark", "gs => gs.map(g => g.dataset.x)")
+        assert len(marks) >= 10 and c.errors == []
     finally:
         c.close()
