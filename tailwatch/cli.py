@@ -82,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
         type=_timestamp,
         help="backfill: evaluate each detector at every point of its interval grid from this time",
     )
-    det.add_argument("--to", dest="end", metavar="ISO8601", type=_timestamp, help="with --from: up to this time")
+    det.add_argument(
+        "--to", dest="end", metavar="ISO8601", type=_timestamp, help="with --from: up to this time (default: now)"
+    )
     det.add_argument(
         "--at",
         metavar="ISO8601",
