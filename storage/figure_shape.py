@@ -18,6 +18,21 @@ def stride(rows: int, limit: int) -> int:
     return max(1, -(-rows // max(limit, 1)))
 
 
+def thinned(in_range: str, rows: int, limit: int, series: bool) -> tuple[str, int]:
+    """`in_range` (a `FROM … WHERE …` over the figures table) keeping every stride-th window counting back from
+    the newest, and the stride; as it was, and 1, when the rows fit or are not a time series (`series`: the
+    rows carry window_end). The condition repeats `in_range`, so its parameters come twice."""
+    step = stride(rows, limit)
+    if step == 1 or not series:
+        return in_range, 1
+    return (
+        f"{in_range} AND window_end IN (SELECT window_end FROM (SELECT window_end, row_number() OVER "
+        f"(ORDER BY window_end DESC) - 1 AS back FROM (SELECT DISTINCT window_end {in_range})) "
+        f"WHERE back % {step} = 0)",
+        step,
+    )
+
+
 def oldest_first(newest_first: pa.Table) -> pa.Table:
     """Rows read newest first (so a cap cuts the oldest) in the order a page draws them."""
     return newest_first.take(pa.array(range(newest_first.num_rows - 1, -1, -1), pa.int64()))

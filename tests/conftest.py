@@ -20,6 +20,7 @@ import collector.decode
 from collector import native_walk
 from collector.decode import Decoder
 from storage.duckdb import migrate
+from storage.duckdb.backend import DuckDBStorage
 from storage.duckdb.database import open_database
 from tailwatch.service import Service
 from tailwatch.settings import Settings, load_settings
@@ -107,6 +108,16 @@ def service_settings(db: Path, **overrides: Any) -> Settings:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "tailwatch.duckdb"
+
+
+@pytest.fixture
+def storage(db_path: Path) -> Iterator[DuckDBStorage]:
+    """The embedded storage on a migrated database file, closed after the test (a module may define its own)."""
+    opened = DuckDBStorage.open(db_path)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ alert judged or sent."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -74,15 +74,6 @@ def test_clusters_are_not_caught_up_they_explain_the_alerts_firing_now(db_path: 
 
 
 # --- the scheduler catches up -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def storage(db_path: Path) -> Iterator[DuckDBStorage]:
-    opened = DuckDBStorage.open(db_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def slo_fleet(storage: DuckDBStorage) -> Fleet:

@@ -88,15 +88,6 @@ class Fleet:
         return self.storage.reader.rows(sql, params)
 
 
-@pytest.fixture
-def storage(db_path: Path) -> Iterator[DuckDBStorage]:
-    opened = DuckDBStorage.open(db_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
 def test_a_fast_burn_pages_within_one_evaluation_of_the_5_minute_window_filling_and_names_only_that_tenant(
     storage: DuckDBStorage,
 ) -> None:

@@ -183,15 +183,8 @@ class ClickHouseConsoleQueries:
             f"{filters}"
         )
         rows = int(self._client.arrow(f"SELECT count() FROM ({select} {in_range})", params).column(0)[0].as_py())
-        step = figure_shape.stride(rows, limit)
-        if step > 1 and "window_end" in (columns or known):  # a time series: every step-th window, the newest in
-            in_range += (
-                f" AND window_end IN (SELECT window_end FROM (SELECT window_end, row_number() OVER "
-                f"(ORDER BY window_end DESC) - 1 AS back FROM (SELECT DISTINCT window_end {in_range})) "
-                f"WHERE back % {step} = 0)"
-            )
-        else:
-            step = 1
+        # Named parameters: the repeated range needs no second set.
+        in_range, step = figure_shape.thinned(in_range, rows, limit, "window_end" in (columns or known))
         # Newest first, so a cap cuts the oldest; DuckDB's order (NULLs last, oldest first) once reversed.
         ordered = columns or ("window_end", "window_start")
         order = ", ".join(f"`{c}` DESC NULLS FIRST" for c in ordered)

@@ -60,16 +60,9 @@ class DuckDBConsoleQueries:
         in_range = f'FROM "{detector}" WHERE window_end > ? AND window_end <= ?{filters}'
         params = [since, until, *(where or {}).values()]
         rows = int(self._source.arrow(f"SELECT count(*) FROM ({select} {in_range})", params).column(0)[0].as_py())
-        step = figure_shape.stride(rows, limit)
-        if step > 1 and "window_end" in (columns or known):  # a time series: every step-th window, the newest in
-            in_range += (
-                f" AND window_end IN (SELECT window_end FROM (SELECT window_end, row_number() OVER "
-                f"(ORDER BY window_end DESC) - 1 AS back FROM (SELECT DISTINCT window_end {in_range})) "
-                f"WHERE back % {step} = 0)"
-            )
+        in_range, step = figure_shape.thinned(in_range, rows, limit, "window_end" in (columns or known))
+        if step > 1:
             params = [*params, *params]
-        else:
-            step = 1
         # Chosen columns sort by themselves in the order given (window_end first gives a time series); read
         # newest first, so a cap cuts the oldest.
         order = "ALL DESC NULLS FIRST" if columns else "window_end DESC NULLS FIRST, window_start DESC NULLS FIRST"
