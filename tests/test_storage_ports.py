@@ -707,3 +707,5 @@ def test_figures_past_the_limit_keep_every_stride_th_window_back_from_the_newest
     assert read(7) == ([(3, "acme"), (3, None), (7, "acme"), (7, None), (11, "acme"), (11, None)], 4, True)
     # 5 allowed: every fifth window (11, 6, 1); six rows still exceed the cap, so the oldest goes.
     assert read(5) == ([(1, None), (6, "acme"), (6, None), (11, "acme"), (11, None)], 5, True)
+    # One row allowed: one window in 22, so the newest alone, its row that sorts last.
+    assert read(1) == ([(11, None)], 22, True)
