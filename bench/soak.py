@@ -189,9 +189,12 @@ def enable_schedule(every: int | None) -> dict[str, str]:
     return {f"TAILWATCH_DETECTORS__{key.upper()}__INTERVAL_SECONDS": str(every) for key in REGISTRY}
 
 
-def passes(db: Path) -> list[dict[str, Any]]:
-    """Every detection pass in the run log: its evaluations by outcome, their time, and the requests its
-    5-minute windows held (those of the last detector, clusters, which holds the most a request)."""
+def passes(db: Path, scheduled_from: datetime) -> list[dict[str, Any]]:
+    """Every detection pass in the run log: its evaluations by outcome, the detectors evaluated, their time, and
+    the requests its 5-minute windows held (those of clusters, which holds the most a request; None for a pass
+    without it). A pass before `scheduled_from`, the scheduler's first grid time, is `caught_up`: a window whose
+    spans the service got only after its time (the first requests end up to a minute before they are sent),
+    evaluated as history by a later tick (detectors/catch_up.py), without the detectors reading firing alerts."""
     con = duckdb.connect(str(db), read_only=True)
     try:
         rows = con.execute("""
@@ -201,18 +204,19 @@ def passes(db: Path) -> list[dict[str, Any]]:
                    sum(seconds), max(seconds), arg_max(detector, seconds),
                    any_value(window_start) FILTER (detector = 'clusters'),
                    any_value(window_end) FILTER (detector = 'clusters'),
-                   string_agg(DISTINCT error, ' | ')
+                   string_agg(DISTINCT error, ' | '), list(DISTINCT detector ORDER BY detector)
             FROM detector_runs GROUP BY evaluated_at ORDER BY evaluated_at
         """).fetchall()
         out = []
-        for at, ok, too_large, error, seconds, slowest, slowest_detector, start, end, errors in rows:
+        for at, ok, too_large, error, seconds, slowest, slowest_detector, start, end, errors, detectors in rows:
             [(requests,)] = (
                 con.execute("SELECT count(*) FROM llm_requests_between(?, ?)", [start, end]).fetchall()
                 if start is not None
                 else [(None,)]
             )
             out.append({
-                "at": at.isoformat(), "ok": ok, "too_large": too_large, "error": error,
+                "at": at.isoformat(), "caught_up": at < scheduled_from, "detectors": detectors,
+                "ok": ok, "too_large": too_large, "error": error,
                 "seconds": round(seconds, 1), "slowest": slowest_detector, "slowest_seconds": round(slowest, 1),
                 "window_requests": requests, "errors": errors,
             })  # fmt: skip
@@ -221,10 +225,15 @@ def passes(db: Path) -> list[dict[str, Any]]:
         con.close()
 
 
+def first_tick(started: float, every: int) -> int:
+    """The scheduler's first grid time after a start at `started` (detectors/scheduler.py)."""
+    return int(started // every + 1) * every
+
+
 def grid_points(started: float, ended: float, every: int) -> list[str]:
     """The scheduler's times within the run, less the last minute (a pass then may still be running at
     the stop): each must have its pass in the run log."""
-    first = int(started // every + 1) * every
+    first = first_tick(started, every)
     return [
         datetime.fromtimestamp(t, UTC).replace(tzinfo=None).isoformat() for t in range(first, int(ended - 60), every)
     ]
@@ -282,8 +291,9 @@ def run(
     sampler.stop()
     code = server.terminate()
     counted = tally(db, exporters.acked, SPANS)
-    evaluated = passes(db)
-    missed = sorted(set(grid_points(wall_started, wall_ended, detect_every or 300)) - {p["at"] for p in evaluated})
+    every = detect_every or 300
+    evaluated = passes(db, datetime.fromtimestamp(first_tick(wall_started, every), UTC).replace(tzinfo=None))
+    missed = sorted(set(grid_points(wall_started, wall_ended, every)) - {p["at"] for p in evaluated})
     rows = per_minute(exporters)
     logged = [
         line for line in (work / "serve.log").read_text().splitlines() if " WARNING " in line or " ERROR " in line

@@ -74,9 +74,17 @@ def test_a_short_soak_evaluates_every_scheduled_pass_and_stores_every_acknowledg
     assert results["requests_acknowledged"] == offered
     assert results["acknowledged_spans"] == results["stored_spans"] == offered * soak.SPANS
     assert (results["lost"], results["stored_twice"], results["stored_unacknowledged"]) == (0, 0, 0)
-    passes = results["passes"]
-    assert passes, "no detection pass ran"
+    passes = [p for p in results["passes"] if not p["caught_up"]]
+    assert passes, "no scheduled detection pass ran"
     assert [(p["ok"], p["too_large"], p["error"]) for p in passes] == [(len(REGISTRY), 0, 0)] * len(passes)
+    # The first requests' spans may end before the window of a grid time before the first tick does: a later tick
+    # catches that window up, as history, for the detectors whose window (settle times differ) holds them, never
+    # for clusters, which explain the alerts firing now.
+    for p in results["passes"]:
+        if p["caught_up"]:
+            assert p["detectors"] and "clusters" not in p["detectors"]
+            assert set(p["detectors"]) <= set(REGISTRY)
+            assert (p["ok"], p["too_large"], p["error"]) == (len(p["detectors"]), 0, 0)
     # A pass in the first half-minute finds its window (which ends 30 s before it) empty; a later one may not.
     assert any(p["window_requests"] > 0 for p in passes)
     assert results["exit_code"] == 0
