@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -84,11 +83,17 @@ class RunningService:
         return 0.0 if value is None else value
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # An option, not an environment variable: a TAILWATCH_* variable would reach every `tailwatch` the tests
+    # start, and the settings rightly refuse one they do not know.
+    parser.addoption("--slow", action="store_true", help="also run the slow real-component tests")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow real-component tests run in CI, with `scripts/test --all`, or when their file is named; the
     everyday `scripts/test` leaves them out to stay within its ten minutes."""
     named = config.args_source == pytest.Config.ArgsSource.ARGS
-    if named or in_ci() or os.environ.get("TAILWATCH_TESTS") == "all":
+    if named or in_ci() or config.getoption("--slow"):
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:

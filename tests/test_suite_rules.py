@@ -4,8 +4,11 @@ component is missing fails in CI instead of skipping (docs/testing.md, "What the
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from tailwatch.settings import load_settings
 
 TESTS = Path(__file__).resolve().parent
 # Calls that block until something happens elsewhere: without an argument they wait for ever.
@@ -95,3 +98,15 @@ def test_the_rules_see_a_wait_without_a_deadline_and_a_bare_skip() -> None:
     )
     assert waits_without_deadline(planted) == [2, 3, 4]
     assert list(skips(planted)) == [("t", 9)]
+
+
+def test_the_check_scripts_set_no_tailwatch_variable_the_service_would_refuse() -> None:
+    # Every `tailwatch` a test starts inherits the runner's environment, and an unknown TAILWATCH_* variable
+    # stops it with a configuration error: `scripts/test --all` once exported TAILWATCH_TESTS and failed 27 tests.
+    root = TESTS.parent
+    exported = {
+        name: "1"
+        for script in (root / "scripts" / "test", root / ".ci" / "run")
+        for name in re.findall(r"\b(TAILWATCH_[A-Z0-9_]+)=", script.read_text())
+    }
+    load_settings(environ=exported)
