@@ -36,6 +36,7 @@ from collector.decode import Encoding, choose_decoder, decode_traces
 from storage.clickhouse.client import ClickHouse
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
+from storage.duckdb.space import reserve_path
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
 from tailwatch.settings import StorageSettings
 
@@ -296,8 +297,10 @@ def stored_spans(db: Path, settings: dict[str, str]) -> tuple[int, int]:
 
 
 def bytes_on_disk(db: Path) -> int:
-    """The stopped server's store: the DuckDB file and anything beside it (its WAL, a spool left)."""
-    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file())
+    """The stopped server's store: the DuckDB file and anything beside it (its WAL, a spool left), but not
+    the disk-space reserve, a fixed 256 MiB that once tripled the recorded bytes per span."""
+    reserve = reserve_path(db)
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file() and p != reserve)
 
 
 def main() -> None:

@@ -18,6 +18,12 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+
+def reserve_path(db: str | Path) -> Path:
+    """The reserve file beside a database: space held back, not data (a store's size leaves it out)."""
+    return Path(f"{db}.reserve")
+
+
 # DuckDB reports a full filesystem with the OS's words (ENOSPC).
 NO_SPACE = "no space left on device"
 # Free space beyond what was left at the failure before the store counts as writable again: enough for a

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from model.thread_names import name_this_thread
 from storage.dedup import Identities, RecentSpans, first_in_group, score_keys, span_keys
-from storage.duckdb.space import DiskSpace
+from storage.duckdb.space import DiskSpace, reserve_path
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
 from storage.group_queue import GroupQueue
 from storage.ports import WriteResult
@@ -109,7 +109,7 @@ class Writer:
         ).fetchall()
         self.disk = DiskSpace(
             Path(path).parent if path else None,
-            reserve=Path(f"{path}.reserve") if path else None,
+            reserve=reserve_path(path) if path else None,
             reserve_bytes=reserve_bytes,
         )
         if metrics is not None:
