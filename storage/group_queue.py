@@ -1,9 +1,11 @@
-"""The writers' queue: work bounded in rows, drained whole by the one thread that writes.
+"""The writers' queue: work bounded in rows and in bytes, drained whole by the one thread that writes.
 
-Receivers offer batches; when the rows already queued (and not yet committed) would pass the bound, the
-offer is refused and the receiver answers 'retry later' instead of growing memory. A batch larger than the
-bound is still taken when nothing else is queued, so no request is refused forever. Rows are released
-only after their commit, so the bound covers the group being written too. Both backends' writers drain it
+Receivers offer batches; when the rows or the bytes already queued (and not yet committed) would pass
+their bound, the offer is refused and the receiver answers 'retry later' instead of growing memory. Rows
+bound a group commit; bytes bound the memory, which rows cannot: a decoded span of an OpenInference trace
+carrying its prompt is several times one of vLLM's. A batch larger than either bound is still taken when
+nothing else is queued, so no request is refused forever. Rows and bytes are released only after their
+commit, so the bounds cover the group being written too. Both backends' writers drain it
 (storage/duckdb/writer.py, storage/clickhouse/writer.py).
 """
 
@@ -13,14 +15,19 @@ import threading
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+# Decoded batches waiting for the writer, by default: a queue of vLLM-sized spans is bounded by its rows (at
+# ~0.8 KB a decoded span, 50,000 hold ~40 MiB) and one of prompt-carrying spans by this.
+DEFAULT_MAX_BYTES = 64 * 2**20
 
 
 class GroupQueue(Generic[T]):
-    def __init__(self, max_rows: int) -> None:
+    def __init__(self, max_rows: int, max_bytes: int) -> None:
         self._max_rows = max_rows
+        self._max_bytes = max_bytes
         self._cv = threading.Condition()
         self._items: list[T] = []
         self._rows = 0
+        self._bytes = 0
         self._closing = False
 
     @property
@@ -32,13 +39,20 @@ class GroupQueue(Generic[T]):
         """Rows queued or being committed."""
         return self._rows
 
-    def offer(self, item: T, rows: int) -> bool:
-        """Queue a batch of `rows`; False when the bound would be passed or the queue is closing."""
+    @property
+    def bytes(self) -> int:
+        """Bytes of the batches queued or being committed."""
+        return self._bytes
+
+    def offer(self, item: T, rows: int, nbytes: int) -> bool:
+        """Queue a batch of `rows` holding `nbytes`; False when a bound would be passed or the queue is closing."""
         with self._cv:
-            if self._closing or (self._rows + rows > self._max_rows and self._rows > 0):
+            over = self._rows + rows > self._max_rows or self._bytes + nbytes > self._max_bytes
+            if self._closing or (over and self._rows > 0):
                 return False
             self._items.append(item)
             self._rows += rows
+            self._bytes += nbytes
             self._cv.notify()
         return True
 
@@ -62,10 +76,11 @@ class GroupQueue(Generic[T]):
             items, self._items = self._items, []
             return items
 
-    def release(self, rows: int) -> None:
-        """Rows committed (or failed): room for more."""
+    def release(self, rows: int, nbytes: int) -> None:
+        """Rows and the bytes holding them committed (or failed): room for more."""
         with self._cv:
             self._rows -= rows
+            self._bytes -= nbytes
 
     def close(self) -> None:
         """Take nothing more; `take` returns what is left, then None."""

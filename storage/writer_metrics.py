@@ -25,6 +25,11 @@ class WriterMetrics:
             registry=registry,
         )
         self.queued_rows = Gauge("tailwatch_writer_queued_spans", "Spans waiting for the writer.", registry=registry)
+        self.queued_bytes = Gauge(
+            "tailwatch_writer_queued_bytes",
+            "Bytes of the decoded batches waiting for the writer (spans, scores and metric points).",
+            registry=registry,
+        )
         self.scores = Counter("tailwatch_scores_stored", "Quality scores committed to span_scores.", registry=registry)
         self.points = Counter(
             "tailwatch_metric_rows_stored",

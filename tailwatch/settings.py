@@ -32,6 +32,7 @@ from detectors.changes import Config as ChangesConfig
 from detectors.incidents import Config as IncidentsConfig
 from detectors.notify import WebhookPayloads
 from detectors.registry import REGISTRY
+from storage.group_queue import DEFAULT_MAX_BYTES
 from storage.ports import OtelTraces
 
 ENV_PREFIX = "TAILWATCH_"
@@ -95,6 +96,13 @@ class IngestSettings(_Section):
         50_000,
         ge=1,
         description="Decoded spans waiting for the writer; past it requests get 503 / UNAVAILABLE.",
+    )
+    max_queued_bytes: int = Field(
+        DEFAULT_MAX_BYTES,
+        ge=1024,
+        description="Bytes of the decoded spans, scores and metric points waiting for the writer; past it requests "
+        "get 503 / UNAVAILABLE. What bounds their memory: a span carrying its prompt decodes to several times one "
+        "that does not.",
     )
     max_concurrent_requests: int = Field(
         32,

@@ -358,9 +358,11 @@ def test_a_refused_insert_acknowledges_nothing_and_the_sink_recovers() -> None:
         with pytest.raises(Exception):  # noqa: B017 - whatever the server says, the request is not acknowledged
             future.result(timeout=HANG_GUARD)
         assert stored(store, "SELECT count() FROM spans") == 0
+        assert (store.writer.queued_spans, store.writer.queued_bytes) == (0, 0), "a failed insert frees the queue"
         store.client.command("RENAME TABLE spans_ingest_gone TO spans_ingest")
         store_all(store, spans())
         assert stored(store, "SELECT count() FROM spans") == len(REQUESTS)
+        assert (store.writer.queued_spans, store.writer.queued_bytes) == (0, 0)
     finally:
         store.close()
 

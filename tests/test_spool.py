@@ -293,10 +293,12 @@ def test_an_acknowledged_batch_whose_commit_fails_is_committed_by_a_later_attemp
         held.result(HANG_GUARD)
         with pytest.raises(duckdb.Error):
             waiting.result(HANG_GUARD)
+        # The failed batch is done with; the acknowledged one is still held, and the queue's bounds cover it.
+        assert writer.queued_spans == 3 and writer.queued_bytes > 0
         back = writer.submit(lambda c: c.execute("ALTER TABLE span_rows_away RENAME TO span_rows"))
         back.result(HANG_GUARD)
         wait_until(lambda: len(stored(con)) == 3, "the acknowledged batch to be committed")
-        assert writer.queued_spans == 0
+        assert (writer.queued_spans, writer.queued_bytes) == (0, 0)
     finally:
         writer.close(HANG_GUARD)
 

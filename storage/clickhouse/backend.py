@@ -20,6 +20,7 @@ from storage.clickhouse.stores import (
     ClickHouseScrapeHealth,
 )
 from storage.clickhouse.writer import ClickHouseWriter
+from storage.group_queue import DEFAULT_MAX_BYTES
 from storage.ports import OtelTraces
 from storage.writer_metrics import WriterMetrics
 
@@ -102,6 +103,7 @@ class ClickHouseStorage:
         cluster: str | None = None,
         ttl_days: float | None = None,
         max_queued_spans: int = 200_000,
+        max_queued_bytes: int = DEFAULT_MAX_BYTES,
         sql_timeout_seconds: float = 30,
         sql_max_rows: int = 10_000,
         lease_seconds: float = 60,
@@ -123,6 +125,7 @@ class ClickHouseStorage:
             writer = ClickHouseWriter(
                 client,
                 max_queued_spans=max_queued_spans,
+                max_queued_bytes=max_queued_bytes,
                 metrics=WriterMetrics(registry) if registry is not None else None,
             )
             writer.start()

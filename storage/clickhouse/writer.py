@@ -20,6 +20,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +28,7 @@ import pyarrow as pa
 from model.thread_names import name_this_thread
 from storage.clickhouse.client import ClickHouse
 from storage.clickhouse.schema import INGEST_TABLE
-from storage.group_queue import GroupQueue
+from storage.group_queue import DEFAULT_MAX_BYTES, GroupQueue
 from storage.ports import WriteResult
 from storage.writer_metrics import WriterMetrics
 
@@ -44,6 +45,10 @@ class _Batch:
     @property
     def rows(self) -> int:
         return sum(t.num_rows for t in (self.spans, self.scores, self.metrics) if t is not None)
+
+    @cached_property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (self.spans, self.scores, self.metrics) if t is not None)
 
 
 def _stamped(table: pa.Table, now: datetime) -> pa.Table:
@@ -83,11 +88,12 @@ class ClickHouseWriter:
         client: ClickHouse,
         *,
         max_queued_spans: int,
+        max_queued_bytes: int = DEFAULT_MAX_BYTES,
         metrics: WriterMetrics | None = None,
     ) -> None:
         self._client = client
         self._metrics = metrics
-        self._queue: GroupQueue[_Batch] = GroupQueue(max_queued_spans)
+        self._queue: GroupQueue[_Batch] = GroupQueue(max_queued_spans, max_queued_bytes)
         self._thread = threading.Thread(target=self._run, name="tailwatch-clickhouse-writer", daemon=True)
 
     def start(self) -> None:
@@ -101,7 +107,7 @@ class ClickHouseWriter:
             scores if scores is not None and scores.num_rows else None,
             metrics if metrics is not None and metrics.num_rows else None,
         )
-        if not self._queue.offer(item, item.rows):
+        if not self._queue.offer(item, item.rows, item.nbytes):
             return None
         self._set_queue_gauge()
         return item.future
@@ -109,6 +115,10 @@ class ClickHouseWriter:
     @property
     def queued_spans(self) -> int:
         return self._queue.rows
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queue.bytes
 
     def close(self, timeout: float | None = None) -> None:
         self._queue.close()
@@ -122,7 +132,7 @@ class ClickHouseWriter:
 
     def _commit(self, items: list[_Batch]) -> None:
         started = time.perf_counter()
-        rows = sum(i.rows for i in items)
+        rows, nbytes = sum(i.rows for i in items), sum(i.nbytes for i in items)
         now = datetime.now(UTC).replace(tzinfo=None)
         try:
             spans = [i.spans for i in items if i.spans is not None]
@@ -152,9 +162,10 @@ class ClickHouseWriter:
                 n = item.spans.num_rows if item.spans is not None else 0
                 item.future.set_result(WriteResult(inserted=n, duplicates=0))
         finally:
-            self._queue.release(rows)
+            self._queue.release(rows, nbytes)
             self._set_queue_gauge()
 
     def _set_queue_gauge(self) -> None:
         if self._metrics:
             self._metrics.queued_rows.set(self._queue.rows)
+            self._metrics.queued_bytes.set(self._queue.bytes)

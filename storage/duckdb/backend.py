@@ -23,6 +23,7 @@ from storage.duckdb.scrape_health import DuckDBScrapeHealth
 from storage.duckdb.sql_reader import Reader
 from storage.duckdb.window_source import DuckDBWindowSource
 from storage.duckdb.writer import Writer
+from storage.group_queue import DEFAULT_MAX_BYTES
 from storage.writer_metrics import WriterMetrics
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ class DuckDBStorage:
         threads: int = 2,
         checkpoint_threshold: str = "256MB",
         max_queued_spans: int = 200_000,
+        max_queued_bytes: int = DEFAULT_MAX_BYTES,
         dedup_window_seconds: float = 0,
         dedup_max_spans: int = 0,
         sql_timeout_seconds: float = 30,
@@ -130,6 +132,7 @@ class DuckDBStorage:
             writer = Writer(
                 con,
                 max_queued_spans=max_queued_spans,
+                max_queued_bytes=max_queued_bytes,
                 dedup_window_seconds=dedup_window_seconds,
                 dedup_max_spans=dedup_max_spans,
                 metrics=WriterMetrics(registry) if registry is not None else None,

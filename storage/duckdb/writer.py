@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -34,7 +35,7 @@ from model.thread_names import name_this_thread
 from storage.dedup import Identities, RecentSpans, first_in_group, score_keys, span_keys
 from storage.duckdb.space import DiskSpace, reserve_path
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
-from storage.group_queue import GroupQueue
+from storage.group_queue import DEFAULT_MAX_BYTES, GroupQueue
 from storage.ports import WriteResult
 from storage.spool import Spool, read_spool
 from storage.writer_metrics import WriterMetrics
@@ -62,6 +63,11 @@ class _Batch:
     def rows(self) -> int:
         return sum(t.num_rows for t in (self.table, self.scores, self.metrics) if t is not None)
 
+    @cached_property
+    def nbytes(self) -> int:
+        """What its tables hold: the queue's bound in bytes counts it (computed once: it is released by it too)."""
+        return sum(t.nbytes for t in (self.table, self.scores, self.metrics) if t is not None)
+
 
 @dataclass
 class _Job(Generic[T]):
@@ -78,6 +84,7 @@ class Writer:
         con: duckdb.DuckDBPyConnection,
         *,
         max_queued_spans: int,
+        max_queued_bytes: int = DEFAULT_MAX_BYTES,
         dedup_window_seconds: float,
         dedup_max_spans: int,
         metrics: WriterMetrics | None = None,
@@ -94,7 +101,7 @@ class Writer:
         self._recent = RecentSpans(dedup_window_seconds, dedup_max_spans)
         # Scores have a window of their own: a score sent in logs has no span in the spans' window.
         self._recent_scores = RecentSpans(dedup_window_seconds, dedup_max_spans)
-        self._queue: GroupQueue[_Batch | _Job[Any]] = GroupQueue(max_queued_spans)
+        self._queue: GroupQueue[_Batch | _Job[Any]] = GroupQueue(max_queued_spans, max_queued_bytes)
         self._spool_dir = spool
         self._spool: Spool | None = None
         self._spool_backlog = spool_backlog
@@ -167,12 +174,12 @@ class Writer:
             or item.metrics is not None
             or self._queue.rows < self._spool_backlog
         ):
-            if not self._queue.offer(item, item.rows):
+            if not self._queue.offer(item, item.rows, item.nbytes):
                 return None
         else:
             record = to_record(table)  # on the submitting thread: the writer's time is the scarce one
             with self._submit_lock:
-                if not self._queue.offer(item, item.rows):
+                if not self._queue.offer(item, item.rows, item.nbytes):
                     return None
                 item.spooled_to = spool.append(record)
                 self._awaiting_spool.append(item)
@@ -188,6 +195,10 @@ class Writer:
     @property
     def queued_spans(self) -> int:
         return self._queue.rows
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queue.bytes
 
     def close(self, timeout: float | None = None) -> None:
         """Stop taking work, commit everything already queued, and stop the thread. Idempotent."""
@@ -205,17 +216,17 @@ class Writer:
             spans = [*self._retry, *(i for i in items if isinstance(i, _Batch))]
             self._retry = []
             if spans:
-                self._queue.release(self._commit(spans))
+                self._queue.release(*self._commit(spans))
                 self._set_queue_gauge()
             for job in items:
                 if isinstance(job, _Job):
                     self._run_job(job)
 
-    def _commit(self, items: list[_Batch]) -> int:
-        """Commit `items` in one transaction and settle their futures; returns the rows done with (the queue's
-        bound stops covering them), which excludes acknowledged batches kept to retry."""
+    def _commit(self, items: list[_Batch]) -> tuple[int, int]:
+        """Commit `items` in one transaction and settle their futures; returns the rows and bytes done with (the
+        queue's bounds stop covering them), which exclude acknowledged batches kept to retry."""
         started = time.perf_counter()
-        rows = sum(i.rows for i in items)
+        rows, nbytes = sum(i.rows for i in items), sum(i.nbytes for i in items)
         spooled_to = max(i.spooled_to for i in items)
         span_tables = [i.table for i in items if i.table is not None]
         score_tables = [i.scores for i in items if i.scores is not None]
@@ -245,7 +256,8 @@ class Writer:
                         self._retry.append(item)
                     else:
                         item.future.set_exception(exc)
-            return rows - sum(i.rows for i in self._retry)  # those still held: the queue's bound covers them
+            # Those still held: the queue's bounds cover them.
+            return rows - sum(i.rows for i in self._retry), nbytes - sum(i.nbytes for i in self._retry)
         else:
             self._recent.add([k for k, kept in zip(keys, keep, strict=True) if kept], now)
             self._recent_scores.add(scored, now)
@@ -270,7 +282,7 @@ class Writer:
                         item.future.set_result(WriteResult(inserted=inserted, duplicates=n - inserted))
             if self._spool is not None and spooled_to:
                 self._spool.trim(spooled_to)
-            return rows
+            return rows, nbytes
 
     def _new_rows(self, table: pa.Table, identities: list[Identities]) -> tuple[list[bool], list[int]]:
         """Which rows to insert: first in the group and not committed before. Returns (keep, keys)."""
@@ -378,6 +390,7 @@ class Writer:
     def _set_queue_gauge(self) -> None:
         if self._metrics:
             self._metrics.queued_rows.set(self._queue.rows)
+            self._metrics.queued_bytes.set(self._queue.bytes)
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
