@@ -2,8 +2,8 @@
 
 Both receivers call `IngestPipeline.submit` and get a future that resolves when what the request
 carries is committed. Memory is bounded twice: bytes admitted but not yet written
-(`max_inflight_bytes`) and rows queued at the writer (the writer's own bound); past either, the
-request is refused as retryable instead of buffered.
+(`max_inflight_bytes`) and what is queued at the writer (the writer's own bounds, in rows and in
+decoded bytes); past either, the request is refused as retryable instead of buffered.
 """
 
 from __future__ import annotations
