@@ -20,7 +20,7 @@ from conftest import RunningService, service_settings
 from small_disks import resize, tmpfs
 from waiting import HANG_GUARD
 
-from storage.duckdb.space import DiskSpace
+from storage.duckdb.space import RESUME_MARGIN, DiskSpace
 
 PROTOBUF = "application/x-protobuf"
 BATCH = 500
@@ -128,7 +128,22 @@ def test_the_reserve_takes_at_most_half_the_free_space_and_is_given_up_whole(tmp
     assert os.stat(reserve).st_blocks * 512 >= 64 << 20  # allocated, not a sparse file
     assert disk.give_up_reserve() == 64 << 20
     assert not reserve.exists()
+    assert disk.give_up_reserve() == 0  # nothing left to give up
     assert DiskSpace(tmp_path, reserve=reserve, reserve_bytes=0).keep_reserve() == 0
+
+
+def test_only_a_failure_for_lack_of_space_is_a_full_disk_and_it_is_over_past_the_space_then_and_a_margin(
+    tmp_path: Path,
+) -> None:
+    free = {"bytes": 100 << 20}  # DuckDB can run out with this much free: a checkpoint writes before it frees
+    disk = DiskSpace(tmp_path, lambda _: free["bytes"])
+    assert not disk.failed(duckdb.ConstraintException("Constraint Error: Duplicate key"))
+    assert not disk.full
+    assert disk.failed(duckdb.IOException("IO Error: Could not write file: No space left on device"))
+    free["bytes"] += RESUME_MARGIN  # some space freed, not yet room for a group commit and a checkpoint
+    assert disk.full
+    free["bytes"] += 1
+    assert not disk.full
 
 
 @pytest.mark.parametrize(
