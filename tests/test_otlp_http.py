@@ -222,34 +222,13 @@ def evaluation_logs(n: int) -> bytes:
     return json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}).encode()
 
 
-def test_a_storage_queue_full_in_bytes_is_503_though_its_spans_are_few(db_path: Path) -> None:
-    # One request's decoded spans hold more than the bound: taken alone, and nothing more until committed.
-    settings = service_settings(db_path, ingest={"max_queued_bytes": 1024, "retry_after_seconds": 3})
-    with RunningService(settings) as svc:
-        base = svc.http_url
-        results: list[int] = []
-        first = threading.Thread(
-            target=lambda: results.append(post(f"{base}/v1/traces", json_request(5), "application/json")[0])
-        )
-        with WriterHold(svc.service.writer) as hold:
-            first.start()
-            wait_until(lambda: svc.metric("tailwatch_writer_queued_spans") == 5, "the first request's 5 spans")
-            assert svc.metric("tailwatch_writer_queued_bytes") > 1024
-            assert hold.held, "the writer hold ended before the full queue could be tried"
-            status, headers, answer = post(f"{base}/v1/traces", json_request(1), "application/json")
-            assert (status, headers.get("Retry-After")) == (503, "3"), answer
-            assert "storage queue is full" in json.loads(answer)["message"]
-        join(first, "the first request to be answered")
-        assert results == [200]
-        wait_until(lambda: svc.metric("tailwatch_writer_queued_bytes") == 0, "the committed batch's bytes released")
-        assert (
-            post(f"{base}/v1/traces", json_request(1, "6b8efff798038103d269b633813fc60c"), "application/json")[0] == 200
-        )
-        assert svc.rows("SELECT count(*) FROM spans") == [(6,)]
-
-
-def test_a_full_storage_queue_is_503_with_retry_after_and_counts_the_refused_items_by_signal(db_path: Path) -> None:
-    settings = service_settings(db_path, ingest={"max_queued_spans": 5, "retry_after_seconds": 3})
+# Full in spans, or in bytes though its spans are few: one request's 5 decoded spans hold more than 1024 bytes,
+# so it is taken alone and nothing more until it is committed.
+@pytest.mark.parametrize("bound", [{"max_queued_spans": 5}, {"max_queued_bytes": 1024}], ids=["spans", "bytes"])
+def test_a_full_storage_queue_is_503_with_retry_after_and_counts_the_refused_items_by_signal(
+    db_path: Path, bound: dict[str, int]
+) -> None:
+    settings = service_settings(db_path, ingest={**bound, "retry_after_seconds": 3})
     with RunningService(settings) as svc:
         base = svc.http_url
         results: list[int] = []
@@ -262,6 +241,7 @@ def test_a_full_storage_queue_is_503_with_retry_after_and_counts_the_refused_ite
                 lambda: svc.metric("tailwatch_writer_queued_spans") == 5,
                 "the first request's 5 spans to fill the writer's queue",
             )
+            assert svc.metric("tailwatch_writer_queued_bytes") > 1024
             assert hold.held, "the writer hold ended before the full queue could be tried"
             for path, body, items in (("traces", json_request(2), 2), ("logs", evaluation_logs(3), 3)):
                 status, headers, answer = post(f"{base}/v1/{path}", body, "application/json")
@@ -277,3 +257,8 @@ def test_a_full_storage_queue_is_503_with_retry_after_and_counts_the_refused_ite
         assert results == [200]
         assert svc.rows("SELECT count(*) FROM spans") == [(5,)]
         assert svc.rows("SELECT count(*) FROM span_scores") == [(0,)]
+        wait_until(lambda: svc.metric("tailwatch_writer_queued_bytes") == 0, "the committed batch's bytes released")
+        assert (
+            post(f"{base}/v1/traces", json_request(1, "6b8efff798038103d269b633813fc60c"), "application/json")[0] == 200
+        )
+        assert svc.rows("SELECT count(*) FROM spans") == [(6,)]
