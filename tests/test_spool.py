@@ -21,7 +21,7 @@ from waiting import HANG_GUARD, wait_until
 
 from collector.decode import Encoding, decode_traces
 from storage.duckdb.stored_attributes import with_moved
-from storage.duckdb.writer import Writer, to_record
+from storage.duckdb.writer import Writer, from_record, to_record
 from storage.spool import Spool, read_spool
 from storage.writer_metrics import WriterMetrics
 
@@ -140,6 +140,22 @@ def batch(n: int) -> pa.Table:
     return decode_traces(request([span() for _ in range(n)]).SerializeToString(), Encoding.PROTOBUF).spans
 
 
+def scored_batch(n: int) -> tuple[pa.Table, pa.Table]:
+    """A trace batch of `n` spans, each scored by an `eval.*` attribute: (spans, scores)."""
+    decoded = decode_traces(
+        request(
+            [span(attributes={"gen_ai.operation.name": "chat", "eval.json_adherence": 0.91}) for _ in range(n)]
+        ).SerializeToString(),
+        Encoding.PROTOBUF,
+    )
+    assert decoded.scores.num_rows == n
+    return decoded.spans, decoded.scores
+
+
+def stored_scores(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.cursor().execute("SELECT span_id FROM span_scores").fetchall()]
+
+
 def stored(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in con.cursor().execute("SELECT span_id FROM spans").fetchall()]
 
@@ -205,6 +221,57 @@ def test_behind_the_writer_a_trace_batch_is_acknowledged_from_the_spool_then_com
         first.result(HANG_GUARD)
         wait_until(lambda: len(stored(con)) == 12, "the spooled batch to be committed")
         assert committed_through(con) == last_end(tmp_path / "spool") > 0
+    finally:
+        writer.close(HANG_GUARD)
+
+
+def test_behind_the_writer_a_scored_trace_batch_is_spooled_with_its_scores_and_acknowledged_before_its_commit(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    # Half the spans of a real fleet's traffic carry a score: were a scored batch never spooled, the writer
+    # would commit such traffic in small groups, as if there were no spool.
+    directory = tmp_path / "spool"
+    writer = spooling_writer(con, directory)
+    go, held = block(writer)
+    try:
+        ahead = writer.try_submit(batch(1))
+        spans, scores = scored_batch(3)
+        scored = writer.try_submit(spans, scores)
+        assert ahead is not None and scored is not None
+        assert scored.result(HANG_GUARD).inserted == 3  # acknowledged while the writer is still held
+        assert stored_scores(con) == []
+        [(_, record)] = read_spool(directory, 0)
+        spooled_spans, spooled_scores = from_record(record)
+        assert spooled_spans.column("span_id") == spans.column("span_id")
+        assert spooled_scores is not None and spooled_scores.equals(scores)
+        go.set()
+        held.result(HANG_GUARD)
+        wait_until(lambda: committed_through(con) == last_end(directory), "the spooled batch to be committed")
+        assert sorted(stored_scores(con)) == sorted(scores.column("span_id").to_pylist())
+    finally:
+        go.set()
+        writer.close(HANG_GUARD)
+
+
+def test_a_scored_batch_a_crash_left_in_the_spool_is_replayed_with_its_scores_and_a_retry_stores_neither_again(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    directory = tmp_path / "spool"
+    spans, scores = scored_batch(4)
+    spool, synced = open_spool(directory)
+    synced.wait_for(spool.append(to_record(with_moved(spans), scores)))
+    spool.close()
+
+    writer = spooling_writer(con, directory)
+    try:
+        assert sorted(stored(con)) == sorted(spans.column("span_id").to_pylist())
+        assert sorted(stored_scores(con)) == sorted(scores.column("span_id").to_pylist())
+        # An exporter that never saw the acknowledgement sends the request again: the replayed scores are in
+        # the scores' window, so neither its spans nor its scores are stored twice.
+        again = writer.try_submit(spans, scores)
+        assert again is not None
+        assert again.result(HANG_GUARD).inserted == 0
+        assert Counter(stored_scores(con)) == Counter(scores.column("span_id").to_pylist())
     finally:
         writer.close(HANG_GUARD)
 

@@ -166,18 +166,13 @@ class Writer:
             score_keys=score_keys(scores) if scores is not None else [],
         )
         spool = self._spool
-        # A record holds spans alone, so only a trace batch is spooled; below the backlog its commit comes soon.
-        if (
-            spool is None
-            or table is None
-            or item.scores is not None
-            or item.metrics is not None
-            or self._queue.rows < self._spool_backlog
-        ):
+        # A record holds a trace batch's spans and their scores, so only a trace batch is spooled; below the
+        # backlog its commit comes soon.
+        if spool is None or table is None or item.metrics is not None or self._queue.rows < self._spool_backlog:
             if not self._queue.offer(item, item.rows, item.nbytes):
                 return None
         else:
-            record = to_record(table)  # on the submitting thread: the writer's time is the scarce one
+            record = to_record(table, item.scores)  # on the submitting thread: the writer's time is the scarce one
             with self._submit_lock:
                 if not self._queue.offer(item, item.rows, item.nbytes):
                     return None
@@ -431,30 +426,47 @@ def _insert_scores(con: duckdb.DuckDBPyConnection, scores: pa.Table, ingested_at
     return len(inserted)
 
 
-def to_record(spans: pa.Table) -> bytes:
-    """A batch as a spool record: an Arrow IPC stream."""
+def to_record(spans: pa.Table, scores: pa.Table | None = None) -> bytes:
+    """A trace batch as a spool record: its spans as an Arrow IPC stream, then its scores as a second one when
+    it has any (a record of spans alone, as every record was before scores were spooled, reads back the same)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, spans.schema) as stream:
-        stream.write_table(spans)
+    for table in (spans, scores):
+        if table is not None:
+            with pa.ipc.new_stream(sink, table.schema) as stream:
+                stream.write_table(table)
     record: bytes = sink.getvalue().to_pybytes()
     return record
 
 
-def from_record(record: bytes) -> pa.Table:
-    return pa.ipc.open_stream(record).read_all()
+def from_record(record: bytes) -> tuple[pa.Table, pa.Table | None]:
+    """(spans, scores) of a spool record; scores None when it has none."""
+    source = pa.BufferReader(record)
+    spans = pa.ipc.open_stream(source).read_all()  # reads up to its end-of-stream marker, no further
+    scores = pa.ipc.open_stream(source).read_all() if source.tell() < len(record) else None
+    return spans, scores
 
 
 def _groups(records: Iterator[tuple[int, bytes]], max_rows: int) -> Iterator[list[_Batch]]:
-    """Spool records as batches to commit, in groups of at most `max_rows` spans (one when larger)."""
+    """Spool records as batches to commit, in groups of at most `max_rows` rows, spans and scores (one when
+    larger)."""
     group: list[_Batch] = []
     rows = 0
     for end, record in records:
-        table = from_record(record)
-        if group and rows + table.num_rows > max_rows:
+        table, scores = from_record(record)
+        item = _Batch(
+            table,
+            scores,
+            None,
+            Identities.of(table),
+            score_keys=score_keys(scores) if scores is not None else [],
+            spooled_to=end,
+            acknowledged=True,
+        )
+        if group and rows + item.rows > max_rows:
             yield group
             group, rows = [], 0
-        group.append(_Batch(table, None, None, Identities.of(table), spooled_to=end, acknowledged=True))
-        rows += table.num_rows
+        group.append(item)
+        rows += item.rows
     if group:
         yield group
 
