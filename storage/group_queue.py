@@ -15,8 +15,9 @@ import threading
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
-# Decoded batches waiting for the writer, by default: a queue of vLLM-sized spans is bounded by its rows (at
-# ~0.8 KB a decoded span, 50,000 hold ~40 MiB) and one of prompt-carrying spans by this.
+# Decoded batches waiting for the writer, by default: a queue of short spans is bounded by its rows (at ~0.8 KB
+# a decoded vLLM span, ~1.2 KB one of a realistic mix, the default 20,000 hold 16-24 MiB) and one of
+# prompt-carrying spans by this.
 DEFAULT_MAX_BYTES = 64 * 2**20
 
 

@@ -93,7 +93,7 @@ class IngestSettings(_Section):
         description="Request bytes admitted but not yet stored; past it requests get 503 / UNAVAILABLE.",
     )
     max_queued_spans: int = Field(
-        50_000,
+        20_000,
         ge=1,
         description="Decoded spans waiting for the writer; past it requests get 503 / UNAVAILABLE.",
     )
