@@ -7,6 +7,8 @@ Best of 5, the same 20 requests of 1,000 spans for every row, split attributes (
 - `split`: the attributes split into rest and moved (model/attribute_split.py);
 - `finish`: normalize, split and the final batch together (collector/decode.py);
 - `pairing keys`: the identity keys the writer de-duplicates by (storage/dedup.py);
+- `spool record`: a batch and its scores as the ingest spool's record, on the decoder's thread while the
+  writer is behind (storage/duckdb/writer.py; the spool's own thread then writes and syncs it);
 - `insert + commit`: DuckDB inserting the decoded batches into a migrated spans table, a commit each.
 Receiving (gRPC, the event loop) is measured end to end by bench/ingest.py's per-thread CPU account.
 
@@ -36,6 +38,7 @@ from storage.dedup import Identities
 from storage.duckdb import migrate
 from storage.duckdb.database import open_database
 from storage.duckdb.stored_attributes import insert_spans_sql, with_moved
+from storage.duckdb.writer import to_record
 from storage.span_layout import SPAN_ROWS
 
 
@@ -67,8 +70,10 @@ def main() -> None:
         for w in walked
     ]  # fmt: skip
     normalized = [normalize_batch(plan, b)[0] for b in batches]
-    decoded = [finish(w, plan, split_attributes=True).spans for w in walked]
+    finished = [finish(w, plan, split_attributes=True) for w in walked]
+    decoded = [f.spans for f in finished]
     tables = [with_moved(t) for t in decoded]
+    scored = [(t, f.scores if f.scores.num_rows else None) for t, f in zip(tables, finished, strict=True)]
     workdir = Path(tempfile.mkdtemp(prefix="tw-stages-"))
     con = open_database(workdir / "stages.duckdb")
     migrate.upgrade(con)
@@ -91,6 +96,7 @@ def main() -> None:
         ("split", lambda: [split_of(w, c) for w, c in zip(walked, normalized, strict=True)]),
         ("finish (normalize, split, batch)", lambda: [finish(w, plan, split_attributes=True) for w in walked]),
         ("pairing keys", lambda: [Identities.of(t) for t in decoded]),
+        ("spool record", lambda: [to_record(t, scores) for t, scores in scored]),
         ("insert + commit (DuckDB)", insert),
         ("decode_traces, whole", lambda: [decode_traces(r, Encoding.PROTOBUF, split_attributes=True) for r in reqs]),
     ]
