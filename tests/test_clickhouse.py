@@ -49,6 +49,7 @@ from storage.clickhouse.schema import (
     delete_rows,
     ingest_statements,
 )
+from storage.clickhouse.writer import ClickHouseWriter
 from storage.duckdb.backend import DuckDBStorage
 from storage.ports import Aggregate, Measure, QueryError, Requests, RequestSummary, Storage, Window
 from tailwatch.compose import detection_pass
@@ -346,6 +347,19 @@ def test_an_existing_otel_traces_of_another_layout_is_refused_naming_the_column(
     )
     with pytest.raises(SchemaMismatch, match=r"otel_traces\.TraceId is UInt64"):
         ClickHouseStorage.open(dsn, otel_traces="follow")
+
+
+def test_the_writers_queue_is_bounded_by_the_bytes_its_batches_hold_not_only_their_rows() -> None:
+    batch = spans()
+    size = batch.get_total_buffer_size()
+    # Never started, so what it takes stays queued.
+    writer = ClickHouseWriter(
+        ClickHouse(chdb_dsn("queued-bytes")), max_queued_spans=10 * batch.num_rows, max_queued_bytes=size + size // 2
+    )
+    assert writer.try_submit(batch) is not None
+    assert (writer.queued_spans, writer.queued_bytes) == (batch.num_rows, size)
+    assert writer.try_submit(batch) is None  # ten times its rows would fit, not twice its bytes
+    writer.close(HANG_GUARD)
 
 
 def test_a_refused_insert_acknowledges_nothing_and_the_sink_recovers() -> None:

@@ -48,7 +48,7 @@ class _Batch:
 
     @cached_property
     def nbytes(self) -> int:
-        return sum(t.nbytes for t in (self.spans, self.scores, self.metrics) if t is not None)
+        return sum(t.get_total_buffer_size() for t in (self.spans, self.scores, self.metrics) if t is not None)
 
 
 def _stamped(table: pa.Table, now: datetime) -> pa.Table:
