@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 import pytest
 from receivers import NATIVE_INSTALL, in_ci, require_or_skip
-from waiting import HANG_GUARD
+from waiting import HANG_GUARD, wait_until
 
 import collector.decode
 from collector import native_walk
@@ -77,6 +77,11 @@ class RunningService:
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         return self.service.reader().rows(sql, params)
+
+    def wait_committed(self) -> None:
+        """Wait until every acknowledged request is committed: one the ingest spool acknowledged (the writer
+        behind) is committed moments after its response, so a test reading at once could miss it."""
+        wait_until(lambda: self.metric("tailwatch_writer_queued_spans") == 0, "the writer's queue to empty")
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.service.registry.get_sample_value(name, labels or None)

@@ -50,6 +50,7 @@ def seed(svc: RunningService, end: datetime) -> None:
         LATE, endpoint=svc.grpc_target, protocol="grpc", emitter="vllm", seed=SEED + 1, end=end,
         history_hours=late_history, **RATES,
     )  # fmt: skip
+    svc.wait_committed()
     detection = svc.service.detection
     assert detection is not None
     at = early - timedelta(hours=HISTORY_HOURS) + STEP

@@ -422,6 +422,7 @@ def simulated(db: Path, scenario: str) -> dict[str, Any]:
     shape: dict[str, Any] = {"seed": 7, "end": end, "history_hours": 2.0, "history_rate": 0.1, "rate": 3.0}
     with RunningService(service_settings(db, scheduler=False)) as svc:
         simulate.run([scenario], endpoint=svc.grpc_target, protocol="grpc", **shape)
+        svc.wait_committed()
         detection = svc.service.detection
         assert detection is not None
         detection.run(end + timedelta(seconds=30))

@@ -528,6 +528,7 @@ def test_a_simulated_fleet_gives_the_same_figures_and_alerts_on_duckdb_and_click
     for backend, s in settings.items():
         with RunningService(s) as svc:
             simulate.run(names, endpoint=svc.grpc_target, protocol="grpc", emitter="vllm", **shape)
+            svc.wait_committed()
             storage = svc.service.storage
             # Engine facts settled by each backend's own job (the scheduler runs it every 30 s).
             storage.engine_facts.settle(end - timedelta(minutes=2))

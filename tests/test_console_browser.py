@@ -385,6 +385,7 @@ def rolled_out(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
     with RunningService(service_settings(db, **NO_SCHEDULE)) as svc:
         simulate.run(["rollout"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=2.0,
                      history_rate=0.1, rate=3.0)  # fmt: skip
+        svc.wait_committed()
         assert svc.service.detection is not None
         svc.service.detection.run(end + timedelta(seconds=30))
         yield svc

@@ -51,6 +51,7 @@ def test_a_detect_request_during_a_scheduled_pass_waits_and_neither_duplicates_n
             ["replica_drift"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=1.0,
             history_rate=0.1, rate=3.0,
         )  # fmt: skip
+        svc.wait_committed()
         detection = svc.service.detection
         assert detection is not None
         scheduled: list[RunResult] = []

@@ -55,6 +55,7 @@ def send(svc: RunningService, names: list[str], end: datetime, seed: int, histor
         names, endpoint=svc.grpc_target, protocol="grpc", seed=seed, end=end, history_hours=history_hours,
         history_rate=0.1, rate=3.0,
     )  # fmt: skip
+    svc.wait_committed()
 
 
 def scraped(svc: RunningService) -> Series:

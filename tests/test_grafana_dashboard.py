@@ -105,6 +105,7 @@ def tailwatch_exposition(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
             SCENARIOS, endpoint=svc.grpc_target, protocol="grpc", emitter="vllm", seed=7, end=end,
             history_hours=2.0, history_rate=0.1, rate=3.0,
         )  # fmt: skip
+        svc.wait_committed()
         detection = svc.service.detection
         assert detection is not None
         assert all(r.outcome == "ok" for r in detection.run(end + timedelta(seconds=30)))

@@ -384,6 +384,7 @@ def simulated(
     settings = service_settings(db, scheduler=False, metrics={"interval_seconds": 5}, alerting=alerting or {})
     with RunningService(settings) as svc:
         simulate.run([scenario], endpoint=svc.grpc_target, protocol="grpc", **shape)
+        svc.wait_committed()
         detection = svc.service.detection
         assert detection is not None
         detection.run(end + timedelta(seconds=30))

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import RunningService, service_settings
-from waiting import HANG_GUARD, wait_until
+from waiting import HANG_GUARD
 
 from detectors.clusters import EXPLAINED
 from simulator import engine_metrics, model, scenarios, simulate
@@ -130,9 +130,8 @@ def simulate_and_detect(
         detection = svc.service.detection
         assert detection is not None
         sent = len(scenarios.requests(names, emitter=emitter, **shape))
-        # Every simulated request arrives: acknowledged from the spool while the writer was behind, the last
-        # ones are committed moments after their response.
-        wait_until(lambda: svc.rows("SELECT count(*) FROM llm_requests") == [(sent,)], "every request committed")
+        svc.wait_committed()
+        assert svc.rows("SELECT count(*) FROM llm_requests") == [(sent,)]  # every simulated request arrived
         results = detection.run(end + timedelta(seconds=30))
         clusters = [json.loads(row[0]) for row in svc.rows("SELECT signature FROM clusters ORDER BY rank")]
         EXPLANATIONS.clear()
@@ -306,6 +305,7 @@ def test_clusters_are_served_on_the_api_with_their_fix_and_examples(db_path: Pat
             ["replica_drift"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=1.0,
             history_rate=0.1, rate=3.0,
         )  # fmt: skip
+        svc.wait_committed()
         request = urllib.request.Request(
             f"{svc.api_url}/v1/detect",
             data=json.dumps({"at": (end + timedelta(seconds=30)).isoformat() + "Z"}).encode(),
@@ -329,6 +329,7 @@ def test_a_replica_flaky_on_a_pass_fail_score_fires_replica_skew_and_the_alert_n
             ["tool_flake"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=1.0,
             history_rate=0.1, rate=3.0,
         )  # fmt: skip
+        svc.wait_committed()
         svc.service.detection.run(end + timedelta(seconds=30))
         with urllib.request.urlopen(f"{svc.api_url}/v1/alerts?state=firing", timeout=10) as resp:
             [alert] = json.loads(resp.read())["alerts"]
@@ -353,6 +354,7 @@ def test_traffic_labels_are_queryable_per_request_through_the_view(db_path: Path
             ["morning_burst"], endpoint=svc.grpc_target, protocol="grpc", seed=7, end=end, history_hours=0.5,
             history_rate=0.1, rate=3.0,
         )  # fmt: skip
+        svc.wait_committed()
         detection = svc.service.detection
         assert detection is not None
         [result] = detection.run(end + timedelta(seconds=30), ["traffic_pattern"])
@@ -380,6 +382,7 @@ def test_two_runs_with_the_same_seed_but_other_scenarios_both_arrive_in_full(db_
         )
         # Repeating a run exactly is a retry: its spans are not stored twice.
         simulate.run(["noisy_neighbor"], endpoint=svc.grpc_target, protocol="grpc", **shape)  # type: ignore[arg-type]
+        svc.wait_committed()
         assert svc.rows("SELECT count(*) FROM llm_requests") == [(sent,)]
 
 
@@ -450,6 +453,7 @@ def test_a_weak_binary_drift_over_fifteen_minutes_is_explained_by_its_replicas_c
     shape: dict[str, Any] = {"seed": 39, "end": end, "history_hours": 1.0, "history_rate": 0.1, "rate": 3.0}
     with RunningService(service_settings(db_path, scheduler=False)) as svc:
         simulate.run(["weak_drift"], endpoint=svc.grpc_target, protocol="grpc", **shape)
+        svc.wait_committed()
         detection = svc.service.detection
         assert detection is not None
         firing = []

@@ -25,6 +25,7 @@ def seeded(db: Path) -> int:
     """A database with simulated requests from several tenants (and their scores); returns how many requests."""
     with RunningService(service_settings(db)) as svc:
         simulate.run(["noisy_neighbor"], endpoint=svc.grpc_target, protocol="grpc", **SEED)  # type: ignore[arg-type]
+        svc.wait_committed()
         return int(svc.rows("SELECT count(*) FROM llm_requests")[0][0])
 
 

@@ -41,6 +41,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]
                 [name], endpoint=svc.grpc_target, protocol="grpc", seed=5, end=at, history_hours=0.25,
                 history_rate=0.2, rate=3.0,
             )  # fmt: skip
+            svc.wait_committed()
             svc.service.detection.run(at + timedelta(seconds=30))
         yield svc
 
