@@ -37,18 +37,22 @@ from storage.duckdb.writer import Writer
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
-def make_requests(n: int, spans_each: int) -> list[tuple[set[str], bytes]]:
+def make_requests(n: int, spans_each: int, *, scored: bool = False) -> list[tuple[set[str], bytes]]:
+    """`n` requests of `spans_each` spans (each scored by an `eval.*` attribute when `scored`), with their span ids."""
+    attributes: dict[str, object] = {"gen_ai.usage.output_tokens": 100}
+    if scored:
+        attributes |= {"gen_ai.operation.name": "chat", "eval.json_adherence": 0.91}
     out = []
     for _ in range(n):
-        spans = [span(attributes={"gen_ai.usage.output_tokens": 100}) for _ in range(spans_each)]
+        spans = [span(attributes=attributes) for _ in range(spans_each)]
         out.append(({s.span_id.hex() for s in spans}, request(spans).SerializeToString()))
     return out
 
 
-def stored_span_ids(db: Path) -> list[str]:
+def stored_span_ids(db: Path, table: str = "spans") -> list[str]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return [r[0] for r in con.execute("SELECT span_id FROM spans").fetchall()]
+        return [r[0] for r in con.execute(f"SELECT span_id FROM {table}").fetchall()]
     finally:
         con.close()
 
@@ -82,18 +86,20 @@ def test_a_retry_after_restart_is_still_recognised(db_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "spool",
+    ("spool", "scored"),
     [
-        pytest.param({"TAILWATCH_INGEST__SPOOL": "false"}, id="acknowledged-at-commit"),
+        pytest.param({"TAILWATCH_INGEST__SPOOL": "false"}, False, id="acknowledged-at-commit"),
         # Every request spooled: those acknowledged before their commit are replayed at the restart.
-        pytest.param({"TAILWATCH_INGEST__SPOOL_BACKLOG_SPANS": "0"}, id="acknowledged-from-the-spool"),
+        pytest.param({"TAILWATCH_INGEST__SPOOL_BACKLOG_SPANS": "0"}, False, id="acknowledged-from-the-spool"),
+        # ... with the scores they carry.
+        pytest.param({"TAILWATCH_INGEST__SPOOL_BACKLOG_SPANS": "0"}, True, id="scored-acknowledged-from-the-spool"),
     ],
 )
 def test_kill_9_while_sending_loses_no_acknowledged_span_and_retries_do_not_duplicate(
-    tmp_path: Path, spool: dict[str, str]
+    tmp_path: Path, spool: dict[str, str], scored: bool
 ) -> None:
     db = tmp_path / "crash.duckdb"
-    batches = make_requests(400, 200)
+    batches = make_requests(400, 200, scored=scored)
     with ServerProcess(db, tmp_path / "serve.log", TAILWATCH_INGEST__DECODE_WORKERS="1", **spool) as server:
         server.start()
         acked_before_crash = send_and_kill_mid_stream(server, batches)
@@ -110,6 +116,9 @@ def test_kill_9_while_sending_loses_no_acknowledged_span_and_retries_do_not_dupl
     stored = stored_span_ids(db)
     for i in acked_before_crash:
         assert batches[i][0] <= set(stored)
+    if scored:  # and the scores of every acknowledged span, once each
+        scores = stored_span_ids(db, "span_scores")
+        assert len(scores) == len(set(scores)) and {s for i in acked_before_crash for s in batches[i][0]} <= set(scores)
 
     # The exporter retries everything it had no answer for, and (lost responses) some it had.
     with ServerProcess(db, tmp_path / "serve.log", TAILWATCH_INGEST__DECODE_WORKERS="1") as restarted:
@@ -123,6 +132,9 @@ def test_kill_9_while_sending_loses_no_acknowledged_span_and_retries_do_not_dupl
 
     stored = stored_span_ids(db)
     assert len(stored) == len(set(stored)) == 400 * 200
+    if scored:
+        scores = stored_span_ids(db, "span_scores")
+        assert len(scores) == len(set(scores)) == 400 * 200
 
 
 def test_decoder_processes_and_their_fork_server_end_when_the_service_is_killed_9(tmp_path: Path) -> None:
