@@ -22,6 +22,7 @@ from waiting import HANG_GUARD, wait_until
 from collector.decode import Encoding, decode_traces
 from storage.duckdb.stored_attributes import with_moved
 from storage.duckdb.writer import Writer, from_record, to_record
+from storage.ports import WriteResult
 from storage.spool import Spool, read_spool
 from storage.writer_metrics import WriterMetrics
 
@@ -250,6 +251,37 @@ def test_behind_the_writer_a_scored_trace_batch_is_spooled_with_its_scores_and_a
         assert sorted(stored_scores(con)) == sorted(scores.column("span_id").to_pylist())
     finally:
         go.set()
+        writer.close(HANG_GUARD)
+
+
+def test_a_batch_the_writer_takes_before_it_has_its_spool_offset_is_committed_with_that_offset(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    # A spooled batch is queued, then appended to the spool for its offset. Committed without it, the spool
+    # would hold a record past the committed offset after a clean stop, replayed at the next start.
+    directory = tmp_path / "spool"
+    writer = Writer(
+        con, max_queued_spans=10_000, dedup_window_seconds=DEDUP_WINDOW, dedup_max_spans=100_000, spool=directory,
+        spool_backlog=0,
+    )  # fmt: skip
+    writer.start()
+    spool = writer._spool
+    assert spool is not None
+    submitted: list[Future[WriteResult] | None] = []
+    try:
+        go, held = block(writer)
+        with spool._cv:  # the spool's append waits: the batch is queued, its offset not yet given
+            submitter = threading.Thread(target=lambda: submitted.append(writer.try_submit(batch(3))))
+            submitter.start()
+            wait_until(lambda: writer.queued_spans == 3, "the batch to be queued")
+            go.set()
+            held.result(HANG_GUARD)
+            wait_until(lambda: not writer._queue._items, "the writer to take the batch")
+        submitter.join(HANG_GUARD)
+        [future] = submitted
+        assert future is not None and future.result(HANG_GUARD).inserted == 3
+        wait_until(lambda: committed_through(con) == last_end(directory) > 0, "the batch's offset to be committed")
+    finally:
         writer.close(HANG_GUARD)
 
 

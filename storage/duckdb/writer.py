@@ -224,7 +224,10 @@ class Writer:
         queue's bounds stop covering them), which exclude acknowledged batches kept to retry."""
         started = time.perf_counter()
         rows, nbytes = sum(i.rows for i in items), sum(i.nbytes for i in items)
-        spooled_to = max(i.spooled_to for i in items)
+        # A spooled batch is queued, then given its offset, under the submit lock: taken in between, it would be
+        # committed without its offset, and the spool would replay it after the next start.
+        with self._submit_lock:
+            spooled_to = max(i.spooled_to for i in items)
         span_tables = [i.table for i in items if i.table is not None]
         score_tables = [i.scores for i in items if i.scores is not None]
         now = self._clock()
