@@ -173,6 +173,7 @@ def spooling_writer(
     directory: Path,
     registry: CollectorRegistry | None = None,
     clock: Callable[[], float] = time.time,
+    backlog: int = 1,
 ) -> Writer:
     writer = Writer(
         con,
@@ -182,7 +183,7 @@ def spooling_writer(
         metrics=WriterMetrics(registry) if registry is not None else None,
         clock=clock,
         spool=directory,
-        spool_backlog=1,
+        spool_backlog=backlog,
     )
     writer.start()
     return writer
@@ -260,11 +261,7 @@ def test_a_batch_the_writer_takes_before_it_has_its_spool_offset_is_committed_wi
     # A spooled batch is queued, then appended to the spool for its offset. Committed without it, the spool
     # would hold a record past the committed offset after a clean stop, replayed at the next start.
     directory = tmp_path / "spool"
-    writer = Writer(
-        con, max_queued_spans=10_000, dedup_window_seconds=DEDUP_WINDOW, dedup_max_spans=100_000, spool=directory,
-        spool_backlog=0,
-    )  # fmt: skip
-    writer.start()
+    writer = spooling_writer(con, directory, backlog=0)
     spool = writer._spool
     assert spool is not None
     submitted: list[Future[WriteResult] | None] = []
